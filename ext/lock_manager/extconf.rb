@@ -1,0 +1,53 @@
+# frozen_string_literal: true
+
+require "mkmf"
+require "rbconfig"
+
+# With the rb_sys gem (the usual case for users) it writes the Makefile. Without it (offline
+# machines such as Debian's packaged Ruby) a small Makefile drives cargo directly.
+begin
+  require "rb_sys/mkmf"
+rescue LoadError
+  rb_sys = false
+else
+  rb_sys = true
+end
+
+if rb_sys
+  create_rust_makefile("lock_manager/lock_manager")
+else
+  find_executable("cargo") || abort(<<~MSG)
+    lock_manager needs Rust's cargo to build its native extension (https://rustup.rs).
+  MSG
+
+  dlext = RbConfig::CONFIG["DLEXT"]
+  cargo_lib = RbConfig::CONFIG["host_os"].match?(/darwin/) ? "liblock_manager.dylib" : "liblock_manager.so"
+  crate_dir = __dir__
+  File.write("Makefile", <<~MAKE)
+    # Written by extconf.rb: builds the Rust crate with cargo (no rb_sys gem found).
+    RUBY = #{RbConfig.ruby}
+    CARGO = #{ENV.fetch('CARGO', 'cargo')}
+    CRATE_DIR = #{crate_dir}
+    TARGET_DIR = $(CURDIR)/target
+    sitearchdir = #{RbConfig::CONFIG['sitearchdir']}
+    DLLIB = lock_manager.#{dlext}
+
+    all: $(DLLIB)
+
+    $(DLLIB):
+    \tRUBY=$(RUBY) $(CARGO) build --release --manifest-path $(CRATE_DIR)/Cargo.toml --target-dir $(TARGET_DIR)
+    \tcp $(TARGET_DIR)/release/#{cargo_lib} $(DLLIB)
+
+    install: $(DLLIB)
+    \tmkdir -p $(DESTDIR)$(sitearchdir)/lock_manager
+    \tcp $(DLLIB) $(DESTDIR)$(sitearchdir)/lock_manager/$(DLLIB)
+
+    clean:
+    \trm -f $(DLLIB)
+
+    distclean: clean
+    \trm -rf $(TARGET_DIR) Makefile
+
+    .PHONY: all install clean distclean $(DLLIB)
+  MAKE
+end

@@ -1,0 +1,34 @@
+//! Native core of the lock_manager gem. This file only registers the Ruby class.
+
+mod error;
+mod gvl;
+mod lock;
+mod locker;
+mod pool;
+mod ruby_errors;
+mod scripts;
+mod wait;
+
+pub use error::LockError;
+pub use gvl::Interrupt;
+pub use lock::{LockCore, LockSettings};
+pub use pool::PoolSettings;
+
+use magnus::{function, method, prelude::*, Error, Ruby};
+
+#[magnus::init]
+fn init(ruby: &Ruby) -> Result<(), Error> {
+    gvl::init();
+    let lock_manager = ruby.define_module("LockManager")?;
+    let class = lock_manager.define_class("Locker", ruby.class_object())?;
+    class.define_singleton_method("native_new", function!(locker::Locker::build, 7))?;
+    class.define_method("native_synchronize", method!(locker::Locker::synchronize, 3))?;
+    class.define_method("native_try_acquire", method!(locker::Locker::try_acquire, 2))?;
+    class.define_method("native_acquire", method!(locker::Locker::acquire, 3))?;
+    class.define_method("native_release", method!(locker::Locker::release, 2))?;
+    class.define_method("native_refresh", method!(locker::Locker::refresh, 3))?;
+    class.define_method("native_owned", method!(locker::Locker::owned, 2))?;
+    class.define_method("native_locked", method!(locker::Locker::locked, 1))?;
+    class.define_method("pool_state", method!(locker::Locker::pool_state, 0))?;
+    Ok(())
+}

@@ -1,0 +1,258 @@
+//! The r2d2 pool of Redis connections, built on the `redis` crate's own r2d2 support.
+//!
+//! `redis::Client` implements `r2d2::ManageConnection`, but connects without a timeout and
+//! cannot tell a healthy connection from one whose last command timed out (redis-rs keeps such
+//! a connection open and skips the late reply). `Manager` wraps it to add the connect and read
+//! timeouts and a `poisoned` flag: a connection that timed out or was interrupted mid-command
+//! is dropped, never handed to the next caller.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwapOption;
+use r2d2::ManageConnection;
+use redis::{ConnectionAddr, IntoConnectionInfo, RedisError};
+
+use crate::error::LockError;
+use crate::gvl::Interrupt;
+
+/// How often a waiting checkout looks at its interrupt flag.
+const CHECKOUT_SLICE: Duration = Duration::from_millis(10);
+
+#[derive(Clone, Debug)]
+pub struct PoolSettings {
+    pub redis_url: String,
+    pub pool_size: u32,
+    pub pool_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub read_timeout: Duration,
+}
+
+/// A pooled Redis connection and what we learnt about it.
+pub struct Conn {
+    pub redis: redis::Connection,
+    /// Set after a timeout, an interrupt or a protocol surprise: drop instead of reuse.
+    pub poisoned: bool,
+    /// True once a command succeeded on it; a failure on a reused connection may just mean
+    /// Redis restarted since, and is worth one retry on a fresh connection.
+    pub reused: bool,
+}
+
+/// Whether Redis answered our last connection attempt.
+#[derive(Default)]
+struct Health {
+    failed_connects: AtomicU64,
+    down: AtomicBool,
+    last_failure: Mutex<String>,
+}
+
+pub struct Manager {
+    client: redis::Client,
+    connect_timeout: Duration,
+    read_timeout: Duration,
+    health: Arc<Health>,
+}
+
+impl ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = RedisError;
+
+    fn connect(&self) -> Result<Conn, RedisError> {
+        let connected = self
+            .client
+            .get_connection_with_timeout(self.connect_timeout)
+            .and_then(|redis| {
+                redis.set_read_timeout(Some(self.read_timeout))?;
+                redis.set_write_timeout(Some(self.read_timeout))?;
+                Ok(redis)
+            });
+        match &connected {
+            Ok(_) => self.health.down.store(false, Ordering::Release),
+            Err(error) => {
+                if let Ok(mut last) = self.health.last_failure.lock() {
+                    *last = error.to_string();
+                }
+                self.health.down.store(true, Ordering::Release);
+                self.health.failed_connects.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        connected.map(|redis| Conn {
+            redis,
+            poisoned: false,
+            reused: false,
+        })
+    }
+
+    fn is_valid(&self, conn: &mut Conn) -> Result<(), RedisError> {
+        self.client.is_valid(&mut conn.redis)
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.poisoned || self.client.has_broken(&mut conn.redis)
+    }
+}
+
+/// The pool of one process. A forked child must never use its parent's sockets or threads.
+struct ProcessPool {
+    pid: u32,
+    pool: r2d2::Pool<Manager>,
+    health: Arc<Health>,
+}
+
+pub type PooledConn = r2d2::PooledConnection<Manager>;
+
+pub struct Pool {
+    settings: PoolSettings,
+    client: redis::Client,
+    addr: String,
+    current: ArcSwapOption<ProcessPool>,
+}
+
+impl Pool {
+    /// Parses the URL and sets the pool up; connects lazily, on first checkout.
+    pub fn new(settings: PoolSettings) -> Result<Pool, LockError> {
+        let info = settings
+            .redis_url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| LockError::Argument(format!("redis_url is not usable: {}", e.detail().unwrap_or("cannot parse it"))))?;
+        let addr = display_addr(info.addr());
+        let client = redis::Client::open(info)
+            .map_err(|e| LockError::Argument(format!("redis_url is not usable: {e}")))?;
+        Ok(Pool {
+            settings,
+            client,
+            addr,
+            current: ArcSwapOption::empty(),
+        })
+    }
+
+    /// `host:port` (or the socket path): for messages; it never carries a password.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    pub fn settings(&self) -> &PoolSettings {
+        &self.settings
+    }
+
+    /// The pool of the current process: built on first use, and again after fork.
+    fn process_pool(&self) -> Arc<ProcessPool> {
+        let pid = std::process::id();
+        let current = self.current.load_full();
+        if let Some(pool) = current.as_ref().filter(|pool| pool.pid == pid) {
+            return Arc::clone(pool);
+        }
+        let fresh = Arc::new(build(&self.settings, &self.client));
+        let previous = self.current.compare_and_swap(&current, Some(Arc::clone(&fresh)));
+        if same(&previous, &current) {
+            forget_if_inherited(current);
+            fresh
+        } else {
+            self.current.load_full().unwrap_or(fresh)
+        }
+    }
+
+    /// A connection from the pool: at once when one is idle, else waiting (interruptibly) up to
+    /// `pool_timeout`. Fails with `Connection` as soon as Redis refuses new connections.
+    pub fn checkout(&self, interrupt: &Interrupt) -> Result<PooledConn, LockError> {
+        let process = self.process_pool();
+        if let Some(conn) = process.pool.try_get() {
+            return Ok(conn);
+        }
+        let started = Instant::now();
+        let deadline = started + self.settings.pool_timeout;
+        let failures_before = process.health.failed_connects.load(Ordering::Acquire);
+        loop {
+            interrupt.check()?;
+            let slice = CHECKOUT_SLICE.min(deadline.saturating_duration_since(Instant::now()));
+            if let Ok(conn) = process.pool.get_timeout(slice) {
+                return Ok(conn);
+            }
+            let waited = started.elapsed();
+            let failed_for_us = process.health.failed_connects.load(Ordering::Acquire) > failures_before;
+            let known_down = process.health.down.load(Ordering::Acquire)
+                && waited >= self.settings.connect_timeout;
+            if failed_for_us || known_down {
+                return Err(LockError::connection(&self.addr, last_failure(&process.health)));
+            }
+            if Instant::now() >= deadline {
+                return Err(LockError::PoolTimeout {
+                    waited,
+                    size: self.settings.pool_size,
+                });
+            }
+        }
+    }
+
+    /// Connections open in this process and how many of them are idle.
+    pub fn state(&self) -> (u32, u32) {
+        let state = self.process_pool().pool.state();
+        (state.connections, state.idle_connections)
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        forget_if_inherited(self.current.swap(None));
+    }
+}
+
+/// A parent's pool may hold connections of threads that do not exist after fork, and its
+/// sockets are the parent's: a child never drops it (that could block on its mutexes), it
+/// forgets it.
+fn forget_if_inherited(pool: Option<Arc<ProcessPool>>) {
+    if let Some(pool) = pool.filter(|pool| pool.pid != std::process::id()) {
+        std::mem::forget(pool);
+    }
+}
+
+fn same(a: &Option<Arc<ProcessPool>>, b: &Option<Arc<ProcessPool>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+fn build(settings: &PoolSettings, client: &redis::Client) -> ProcessPool {
+    let health = Arc::new(Health::default());
+    let manager = Manager {
+        client: client.clone(),
+        connect_timeout: settings.connect_timeout,
+        read_timeout: settings.read_timeout,
+        health: Arc::clone(&health),
+    };
+    let pool = r2d2::Pool::builder()
+        .max_size(settings.pool_size)
+        .min_idle(Some(0))
+        .connection_timeout(settings.pool_timeout)
+        // A PING per checkout would double the cost of a lock; broken connections show
+        // themselves on use and are replaced then.
+        .test_on_check_out(false)
+        .error_handler(Box::new(r2d2::NopErrorHandler))
+        .build_unchecked(manager);
+    ProcessPool {
+        pid: std::process::id(),
+        pool,
+        health,
+    }
+}
+
+fn last_failure(health: &Health) -> String {
+    health
+        .last_failure
+        .lock()
+        .map(|s| s.clone())
+        .unwrap_or_else(|_| "connection failed".into())
+}
+
+fn display_addr(addr: &ConnectionAddr) -> String {
+    match addr {
+        ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
+        ConnectionAddr::TcpTls { host, port, .. } => format!("{host}:{port} (TLS)"),
+        ConnectionAddr::Unix(path) => format!("unix:{}", path.display()),
+        _ => "Redis".to_string(),
+    }
+}

@@ -1,0 +1,56 @@
+//! The one place where Rust errors become Ruby exceptions.
+//!
+//! The exception classes are defined in Ruby (`lib/lock_manager/errors.rb`), which is loaded
+//! before this library; they are looked up when raised (a rare path) rather than cached.
+
+use magnus::{exception::ExceptionClass, prelude::*, Error, RModule, RString, Ruby};
+
+use crate::error::LockError;
+
+/// Longest part of a key quoted in a message: keys may be megabytes of binary.
+const KEY_PREVIEW_CHARS: usize = 120;
+
+pub fn to_ruby(ruby: &Ruby, error: LockError, key: RString) -> Error {
+    let quoted = quote_key(unsafe { key.as_slice() });
+    let built = match &error {
+        LockError::Connection { .. } => new_error(ruby, "ConnectionError", format!("lock {quoted}: {error}")),
+        LockError::PoolTimeout { .. } => new_error(ruby, "PoolTimeout", format!("lock {quoted}: {error}")),
+        LockError::NotAcquired { waited } => not_acquired(ruby, key, waited.as_secs_f64()),
+        LockError::Argument(message) => Ok(Error::new(ruby.exception_arg_error(), message.clone())),
+        LockError::Server { .. } | LockError::Interrupted | LockError::Internal(_) => {
+            new_error(ruby, "Error", format!("lock {quoted}: {error}"))
+        }
+    };
+    built.unwrap_or_else(|lookup_failure| lookup_failure)
+}
+
+/// For errors that are not about one key (building a Locker).
+pub fn to_ruby_unkeyed(ruby: &Ruby, error: LockError) -> Error {
+    match error {
+        LockError::Argument(message) => Error::new(ruby.exception_arg_error(), message),
+        other => new_error(ruby, "Error", other.to_string()).unwrap_or_else(|e| e),
+    }
+}
+
+fn lock_manager(ruby: &Ruby) -> Result<RModule, Error> {
+    ruby.class_object().const_get("LockManager")
+}
+
+fn new_error(ruby: &Ruby, class_name: &str, message: String) -> Result<Error, Error> {
+    let class: ExceptionClass = lock_manager(ruby)?.const_get(class_name)?;
+    Ok(Error::new(class, message))
+}
+
+fn not_acquired(ruby: &Ruby, key: RString, waited: f64) -> Result<Error, Error> {
+    let class: ExceptionClass = lock_manager(ruby)?.const_get("LockNotAcquired")?;
+    let exception: magnus::Exception = class.new_instance((key, waited))?;
+    Ok(exception.into())
+}
+
+/// `"MyWorker"`, escaped and shortened; binary keys show their bytes, never raw control codes.
+pub fn quote_key(key: &[u8]) -> String {
+    let text = String::from_utf8_lossy(key);
+    let preview: String = text.chars().take(KEY_PREVIEW_CHARS).collect();
+    let more = text.chars().count() > KEY_PREVIEW_CHARS;
+    format!("{preview:?}{}", if more { " (truncated)" } else { "" })
+}

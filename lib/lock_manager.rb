@@ -1,0 +1,51 @@
+# frozen_string_literal: true
+
+require_relative "lock_manager/version"
+require_relative "lock_manager/errors"
+require_relative "lock_manager/arguments"
+require_relative "lock_manager/configuration"
+require_relative "lock_manager/result"
+require_relative "lock_manager/lock"
+# The native library defines LockManager::Locker and looks up the error classes above.
+require "lock_manager/lock_manager"
+require_relative "lock_manager/locker"
+
+# Distributed locks on Redis, with a Rust core.
+module LockManager
+  @config = Configuration.new
+  @locker = nil
+  @locker_mutex = Mutex.new
+
+  class << self
+    # The current settings (redis_url shown without its password).
+    attr_reader :config
+
+    # Changes the settings; the shared Locker is rebuilt with them on next use.
+    # @raise [ArgumentError] when a setting is invalid (nothing is changed then)
+    def configure
+      @locker_mutex.synchronize do
+        draft = @config.dup
+        yield draft
+        draft.locker_options
+        @config = draft
+        @locker = nil
+      end
+      config
+    end
+
+    # The Locker behind LockManager::Locker.nonblocking_lock / blocking_lock.
+    def locker
+      @locker || @locker_mutex.synchronize { @locker ||= Locker.new(**@config.locker_options) }
+    end
+
+    def logger
+      config.logger
+    end
+
+    # Called by the native extension when a lock could not be released after its block.
+    # @api private
+    def report_release(key, problem)
+      logger&.warn("lock #{key.inspect}: #{problem}")
+    end
+  end
+end

@@ -1,0 +1,67 @@
+# frozen_string_literal: true
+
+module LockManager
+  # Checks made before anything reaches Redis; each failure names the argument.
+  module Arguments
+    REDIS_SCHEMES = %w[redis rediss unix].freeze
+    # Redis keeps PX in a signed 64-bit integer of milliseconds.
+    MAX_MILLISECONDS = (2**62) - 1
+
+    module_function
+
+    # @return [String] the key as binary bytes (keys are bytes, not text)
+    def key(key)
+      raise ArgumentError, "key must be a String or Symbol, got #{key.inspect}" unless key.is_a?(String) || key.is_a?(Symbol)
+
+      bytes = key.to_s.b
+      raise ArgumentError, "key must not be empty" if bytes.empty?
+
+      bytes
+    end
+
+    # @return [Numeric] a positive, finite number of seconds
+    def seconds(value, name)
+      unless (value.is_a?(Integer) || value.is_a?(Float)) && value.positive? && value.finite?
+        raise ArgumentError, "#{name} must be a positive, finite number of seconds, got #{value.inspect}"
+      end
+      raise ArgumentError, "#{name} is too large: #{value.inspect}" if value * 1000 > MAX_MILLISECONDS
+
+      value
+    end
+
+    # @return [Integer] whole milliseconds, at least 1
+    def milliseconds(value, name)
+      [(seconds(value, name) * 1000).ceil, 1].max
+    end
+
+    def positive_integer(value, name)
+      raise ArgumentError, "#{name} must be an Integer of at least 1, got #{value.inspect}" unless value.is_a?(Integer) && value >= 1
+
+      value
+    end
+
+    def string(value, name)
+      raise ArgumentError, "#{name} must be a String, got #{value.inspect}" unless value.is_a?(String)
+
+      value
+    end
+
+    def redis_url(url)
+      raise ArgumentError, "redis_url must be a String" unless url.is_a?(String)
+
+      scheme = url[/\A([a-z][a-z0-9+.-]*):/i, 1]&.downcase
+      return url if REDIS_SCHEMES.include?(scheme)
+
+      raise ArgumentError, "redis_url must start with redis://, rediss:// or unix://, got #{redact(url).inspect}"
+    end
+
+    # The URL with any password replaced: safe for messages, logs and #inspect.
+    def redact(url)
+      url.to_s.sub(%r{\A([^:/]*://)([^@/]*)@}) do
+        userinfo = Regexp.last_match(2)
+        user = userinfo.include?(":") ? userinfo.split(":", 2).first : ""
+        "#{Regexp.last_match(1)}#{user}:REDACTED@"
+      end
+    end
+  end
+end

@@ -1,0 +1,59 @@
+# frozen_string_literal: true
+
+require "logger"
+
+module LockManager
+  # Settings of the shared Locker (and defaults of every Locker.new).
+  class Configuration
+    SETTINGS = %i[redis_url pool_size pool_timeout key_prefix connect_timeout read_timeout retry_interval].freeze
+
+    attr_writer :redis_url
+    attr_accessor :pool_size, :pool_timeout, :key_prefix, :connect_timeout, :read_timeout, :retry_interval, :logger
+
+    def initialize
+      @redis_url = ENV.fetch("REDIS_URL", "redis://127.0.0.1:6379/0")
+      @pool_size = 5
+      @pool_timeout = 5
+      @key_prefix = "lock:"
+      @connect_timeout = 1.0
+      @read_timeout = 1.0
+      @retry_interval = 0.1
+      @logger = Logger.new($stderr, progname: "lock_manager", level: Logger::WARN)
+    end
+
+    # Shown without its password.
+    def redis_url
+      Arguments.redact(@redis_url)
+    end
+
+    # What Locker.new receives: the real URL, every value checked.
+    # @raise [ArgumentError] naming the first bad setting
+    def locker_options
+      Configuration.check(SETTINGS.to_h { |name| [name, instance_variable_get("@#{name}")] })
+    end
+
+    def to_h
+      SETTINGS.to_h { |name| [name, public_send(name)] }
+    end
+
+    def inspect
+      "#<#{self.class} #{to_h.map { |k, v| "#{k}=#{v.inspect}" }.join(' ')}>"
+    end
+
+    # @return [Hash] the same options, checked
+    def self.check(options)
+      unknown = options.keys - SETTINGS
+      raise ArgumentError, "unknown option#{'s' if unknown.size > 1}: #{unknown.join(', ')}" if unknown.any?
+
+      options.merge(
+        redis_url: Arguments.redis_url(options[:redis_url]),
+        pool_size: Arguments.positive_integer(options[:pool_size], :pool_size),
+        pool_timeout: Arguments.seconds(options[:pool_timeout], :pool_timeout),
+        key_prefix: Arguments.string(options[:key_prefix], :key_prefix),
+        connect_timeout: Arguments.seconds(options[:connect_timeout], :connect_timeout),
+        read_timeout: Arguments.seconds(options[:read_timeout], :read_timeout),
+        retry_interval: Arguments.seconds(options[:retry_interval], :retry_interval)
+      )
+    end
+  end
+end

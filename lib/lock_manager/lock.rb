@@ -1,0 +1,35 @@
+# frozen_string_literal: true
+
+module LockManager
+  # A held lock, as returned by Locker#try_lock and Locker#lock. Its token is the UUID this
+  # acquisition wrote: every call below acts only while that token still holds the key.
+  class Lock
+    attr_reader :key, :token
+
+    def initialize(locker, key, token)
+      @locker = locker
+      @key = key
+      @token = token
+    end
+
+    # @return [Boolean] asks Redis whether this token still holds the key
+    def owned?
+      @locker.send(:native_owned, @key, @token)
+    end
+
+    # Resets the lock's validity to `seconds` from now.
+    # @return [Boolean] false when the lock expired or changed hands
+    def refresh(seconds)
+      @locker.send(:native_refresh, @key, @token, Arguments.milliseconds(seconds, :seconds))
+    end
+
+    # @return [Boolean] true if this token still held the lock and deleted it
+    def release
+      @locker.send(:native_release, @key, @token)
+    end
+
+    def inspect
+      "#<#{self.class} key=#{@key.inspect} token=#{@token}>"
+    end
+  end
+end

@@ -1,0 +1,95 @@
+# frozen_string_literal: true
+
+module LockManager
+  # Defined by the native extension (ext/lock_manager/src/locker.rs); this file adds the Ruby
+  # API around it: keyword arguments, argument checks, and the class-level shared instance.
+  class Locker
+    DEFAULT_TIMEOUT = 30
+
+    Result = LockManager::Result
+
+    private :native_synchronize, :native_try_acquire, :native_acquire, :native_release,
+            :native_refresh, :native_owned, :native_locked
+
+    class << self
+      # A Locker with its own pool; options not given come from LockManager.config.
+      def new(**options)
+        settings = Configuration.check(LockManager.config.locker_options.merge(options))
+        native_new(
+          settings[:redis_url], settings[:pool_size], settings[:pool_timeout].to_f,
+          settings[:connect_timeout].to_f, settings[:read_timeout].to_f,
+          settings[:retry_interval].to_f, settings[:key_prefix]
+        ).tap { |locker| locker.instance_variable_set(:@settings, settings.freeze) }
+      end
+
+      # The shared Locker built from LockManager.config.
+      def instance
+        LockManager.locker
+      end
+
+      def nonblocking_lock(key, timeout: DEFAULT_TIMEOUT, &block)
+        instance.nonblocking_lock(key, timeout: timeout, &block)
+      end
+
+      def blocking_lock(key, timeout: DEFAULT_TIMEOUT, &block)
+        instance.blocking_lock(key, timeout: timeout, &block)
+      end
+
+      private :native_new
+    end
+
+    # Runs the block only if the lock is free right now.
+    # @return [Result] run? is false (and the block skipped) when someone else holds the lock
+    def nonblocking_lock(key, timeout: DEFAULT_TIMEOUT)
+      key, ttl = lock_arguments(key, timeout) { block_given? }
+      value = nil
+      ran = native_synchronize(key, ttl, nil) { value = yield }
+      Result.new(ran, value)
+    end
+
+    # Waits up to `timeout` seconds for the lock, then runs the block.
+    # @return the block's value
+    # @raise [LockNotAcquired] when the lock stays held for the whole wait
+    def blocking_lock(key, timeout: DEFAULT_TIMEOUT)
+      key, ttl = lock_arguments(key, timeout) { block_given? }
+      value = nil
+      native_synchronize(key, ttl, timeout.to_f) { value = yield }
+      value
+    end
+
+    # @return [Lock, nil] nil when someone else holds the lock
+    def try_lock(key, timeout: DEFAULT_TIMEOUT)
+      key = Arguments.key(key)
+      token = native_try_acquire(key, Arguments.milliseconds(timeout, :timeout))
+      token && Lock.new(self, key, token)
+    end
+
+    # @return [Lock]
+    # @raise [LockNotAcquired] when the lock stays held for `timeout` seconds
+    def lock(key, timeout: DEFAULT_TIMEOUT)
+      key = Arguments.key(key)
+      Lock.new(self, key, native_acquire(key, Arguments.milliseconds(timeout, :timeout), timeout.to_f))
+    end
+
+    # @return [Boolean] true if anyone holds the lock
+    def locked?(key)
+      native_locked(Arguments.key(key))
+    end
+
+    def settings
+      @settings.merge(redis_url: Arguments.redact(@settings[:redis_url]))
+    end
+
+    def inspect
+      "#<#{self.class} #{settings.map { |k, v| "#{k}=#{v.inspect}" }.join(' ')}>"
+    end
+
+    private
+
+    def lock_arguments(key, timeout)
+      raise ArgumentError, "a block is required" unless yield
+
+      [Arguments.key(key), Arguments.milliseconds(timeout, :timeout)]
+    end
+  end
+end
