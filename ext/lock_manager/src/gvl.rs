@@ -140,7 +140,10 @@ where
     F: FnOnce(&Interrupt) -> Result<R, LockError>,
 {
     let mut work = Some(work);
-    let outcome = call_without_gvl(|interrupt| (work.take().expect("runs once"))(interrupt), false);
+    let outcome = call_without_gvl(
+        |interrupt| (work.take().expect("runs once"))(interrupt),
+        false,
+    );
     match (outcome, work) {
         (Some(outcome), _) => outcome,
         (None, Some(work)) => guarded(|| work(&Interrupt::for_current_thread())),
@@ -163,7 +166,12 @@ where
     let unblock_function: Option<unsafe extern "C" fn(*mut c_void)> =
         if interruptible { Some(unblock) } else { None };
     unsafe {
-        rb_sys::rb_thread_call_without_gvl2(Some(run_call::<F, R>), data, unblock_function, interrupt);
+        rb_sys::rb_thread_call_without_gvl2(
+            Some(run_call::<F, R>),
+            data,
+            unblock_function,
+            interrupt,
+        );
     }
     call.outcome
 }

@@ -22,8 +22,14 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     let lock_manager = ruby.define_module("LockManager")?;
     let class = lock_manager.define_class("Locker", ruby.class_object())?;
     class.define_singleton_method("native_new", function!(locker::Locker::build, 7))?;
-    class.define_method("native_synchronize", method!(locker::Locker::synchronize, 3))?;
-    class.define_method("native_try_acquire", method!(locker::Locker::try_acquire, 2))?;
+    class.define_method(
+        "native_synchronize",
+        method!(locker::Locker::synchronize, 3),
+    )?;
+    class.define_method(
+        "native_try_acquire",
+        method!(locker::Locker::try_acquire, 2),
+    )?;
     class.define_method("native_acquire", method!(locker::Locker::acquire, 3))?;
     class.define_method("native_release", method!(locker::Locker::release, 2))?;
     class.define_method("native_refresh", method!(locker::Locker::refresh, 3))?;

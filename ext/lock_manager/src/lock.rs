@@ -6,7 +6,7 @@ use redis::RedisError;
 
 use crate::error::LockError;
 use crate::gvl::Interrupt;
-use crate::pool::{Pool, PoolSettings};
+use crate::pool::{is_signalled, Pool, PoolSettings, STRAY_SIGNAL_RETRIES};
 use crate::scripts::{ACQUIRE, REFRESH, RELEASE};
 use crate::wait::Backoff;
 
@@ -26,6 +26,9 @@ pub struct LockCore {
 enum Failure {
     /// The connection died (reset, EOF, broken pipe): a fresh one may well work.
     Dropped(RedisError),
+    /// A signal that was not for us (SIGCHLD from any child process, say: Ruby's handlers do
+    /// not restart system calls) cut the command short: worth retrying on a fresh connection.
+    Signalled(RedisError),
     /// Ruby interrupted the thread mid-command.
     Interrupted,
     /// No usable answer: timeout, garbled reply. Whether the command ran is unknown.
@@ -114,7 +117,12 @@ impl LockCore {
     }
 
     /// Deletes the lock if `token` still holds it; false when it expired or changed hands.
-    pub fn release(&self, key: &[u8], token: &str, interrupt: &Interrupt) -> Result<bool, LockError> {
+    pub fn release(
+        &self,
+        key: &[u8],
+        token: &str,
+        interrupt: &Interrupt,
+    ) -> Result<bool, LockError> {
         let redis_key = self.redis_key(key);
         self.round_trip(interrupt, |conn, _| {
             RELEASE
@@ -155,7 +163,10 @@ impl LockCore {
     pub fn locked(&self, key: &[u8], interrupt: &Interrupt) -> Result<bool, LockError> {
         let redis_key = self.redis_key(key);
         self.round_trip(interrupt, |conn, _| {
-            redis::cmd("EXISTS").arg(&redis_key).query::<i64>(conn).map(|n| n == 1)
+            redis::cmd("EXISTS")
+                .arg(&redis_key)
+                .query::<i64>(conn)
+                .map(|n| n == 1)
         })
     }
 
@@ -169,6 +180,7 @@ impl LockCore {
     ) -> Result<T, LockError> {
         let retry_limit = self.pool.settings().pool_size + 1;
         let mut attempt = 0;
+        let mut stray_signals = 0;
         loop {
             let mut conn = self.pool.checkout(interrupt)?;
             interrupt.check()?;
@@ -185,7 +197,11 @@ impl LockCore {
                 Failure::Dropped(_) if attempt == 0 || (conn.reused && attempt < retry_limit) => {
                     attempt += 1;
                 }
-                Failure::Dropped(error) | Failure::Unusable(error) => {
+                Failure::Signalled(_) if stray_signals < STRAY_SIGNAL_RETRIES => {
+                    stray_signals += 1;
+                    attempt += 1;
+                }
+                Failure::Dropped(error) | Failure::Signalled(error) | Failure::Unusable(error) => {
                     return Err(self.connection_error(&error));
                 }
                 Failure::Interrupted => return Err(LockError::Interrupted),
@@ -213,15 +229,14 @@ impl LockCore {
 }
 
 fn classify(error: RedisError, interrupt: &Interrupt) -> Failure {
-    let signalled = std::error::Error::source(&error)
-        .and_then(|source| source.downcast_ref::<std::io::Error>())
-        .is_some_and(|io| io.kind() == std::io::ErrorKind::Interrupted);
+    let signalled = is_signalled(&error);
     if signalled && interrupt.is_raised() {
         Failure::Interrupted
+    } else if signalled {
+        Failure::Signalled(error)
     } else if error.is_timeout() {
         Failure::Unusable(error)
-    } else if signalled || error.is_connection_dropped() {
-        // A stray signal also cut the command short: the connection goes, a retry may work.
+    } else if error.is_connection_dropped() {
         Failure::Dropped(error)
     } else if error.is_io_error() || error.kind() == redis::ErrorKind::Parse {
         Failure::Unusable(error)

@@ -34,7 +34,9 @@ impl Locker {
             Duration::try_from_secs_f64(value)
                 .ok()
                 .filter(|d| !d.is_zero())
-                .ok_or_else(|| LockError::Argument(format!("{name} must be a positive number of seconds")))
+                .ok_or_else(|| {
+                    LockError::Argument(format!("{name} must be a positive number of seconds"))
+                })
         };
         let settings = (|| {
             if pool_size == 0 {
@@ -70,7 +72,9 @@ impl Locker {
         let key_bytes = copy_bytes(key);
         let token = new_token();
         let acquired = match wait {
-            None => blocking(ruby, key, |i| core.try_acquire(&key_bytes, &token, ttl_ms, i))?,
+            None => blocking(ruby, key, |i| {
+                core.try_acquire(&key_bytes, &token, ttl_ms, i)
+            })?,
             Some(seconds) => {
                 let (started, deadline) = deadline_after(seconds);
                 blocking(ruby, key, |i| {
@@ -98,7 +102,9 @@ impl Locker {
         let core = &rb_self.core;
         let key_bytes = copy_bytes(key);
         let token = new_token();
-        let acquired = blocking(ruby, key, |i| core.try_acquire(&key_bytes, &token, ttl_ms, i))?;
+        let acquired = blocking(ruby, key, |i| {
+            core.try_acquire(&key_bytes, &token, ttl_ms, i)
+        })?;
         if !acquired {
             return Ok(None);
         }
@@ -123,7 +129,12 @@ impl Locker {
         hand_over(ruby, core, &key_bytes, token)
     }
 
-    pub fn release(ruby: &Ruby, rb_self: &Self, key: RString, token: String) -> Result<bool, Error> {
+    pub fn release(
+        ruby: &Ruby,
+        rb_self: &Self,
+        key: RString,
+        token: String,
+    ) -> Result<bool, Error> {
         let key_bytes = copy_bytes(key);
         blocking(ruby, key, |i| rb_self.core.release(&key_bytes, &token, i))
     }
@@ -136,7 +147,9 @@ impl Locker {
         ttl_ms: u64,
     ) -> Result<bool, Error> {
         let key_bytes = copy_bytes(key);
-        blocking(ruby, key, |i| rb_self.core.refresh(&key_bytes, &token, ttl_ms, i))
+        blocking(ruby, key, |i| {
+            rb_self.core.refresh(&key_bytes, &token, ttl_ms, i)
+        })
     }
 
     pub fn owned(ruby: &Ruby, rb_self: &Self, key: RString, token: String) -> Result<bool, Error> {
@@ -186,7 +199,10 @@ fn hand_over(ruby: &Ruby, core: &LockCore, key: &[u8], token: String) -> Result<
 fn report_release(ruby: &Ruby, key: RString, released: Result<bool, LockError>) {
     let problem = match released {
         Ok(true) => return,
-        Ok(false) => "the lock had expired (the block ran longer than timeout) and was not released".to_string(),
+        Ok(false) => {
+            "the lock had expired (the block ran longer than timeout) and was not released"
+                .to_string()
+        }
         Err(error) => format!("{error}; the lock expires after its timeout"),
     };
     let reported = ruby

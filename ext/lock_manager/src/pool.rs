@@ -59,19 +59,27 @@ impl ManageConnection for Manager {
     type Error = RedisError;
 
     fn connect(&self) -> Result<Conn, RedisError> {
-        let connected = self
-            .client
-            .get_connection_with_timeout(self.connect_timeout)
-            .and_then(|redis| {
-                redis.set_read_timeout(Some(self.read_timeout))?;
-                redis.set_write_timeout(Some(self.read_timeout))?;
-                Ok(redis)
-            });
+        let mut connected = self.connect_once();
+        // r2d2's own threads are never interrupted on purpose: EINTR there is a stray signal
+        // (SIGCHLD from any child process), not a reason to report Redis as down.
+        for _ in 0..STRAY_SIGNAL_RETRIES {
+            match &connected {
+                Err(error) if is_signalled(error) => connected = self.connect_once(),
+                _ => break,
+            }
+        }
         match &connected {
             Ok(_) => self.health.down.store(false, Ordering::Release),
             Err(error) => {
                 if let Ok(mut last) = self.health.last_failure.lock() {
-                    *last = error.to_string();
+                    *last = if error.is_timeout() {
+                        format!(
+                            "no answer within connect_timeout ({:.3}s)",
+                            self.connect_timeout.as_secs_f64()
+                        )
+                    } else {
+                        error.to_string()
+                    };
                 }
                 self.health.down.store(true, Ordering::Release);
                 self.health.failed_connects.fetch_add(1, Ordering::AcqRel);
@@ -91,6 +99,30 @@ impl ManageConnection for Manager {
     fn has_broken(&self, conn: &mut Conn) -> bool {
         conn.poisoned || self.client.has_broken(&mut conn.redis)
     }
+}
+
+impl Manager {
+    fn connect_once(&self) -> Result<redis::Connection, RedisError> {
+        let redis = self
+            .client
+            .get_connection_with_timeout(self.connect_timeout)?;
+        redis.set_read_timeout(Some(self.read_timeout))?;
+        redis.set_write_timeout(Some(self.read_timeout))?;
+        Ok(redis)
+    }
+}
+
+/// How often a call cut short by a signal that was not meant for it is tried again.
+pub const STRAY_SIGNAL_RETRIES: u32 = 2;
+
+/// True when a system call returned EINTR: a signal arrived while we waited for Redis.
+/// redis-rs keeps the `io::Error` behind an `Arc<dyn Error>` that cannot be downcast, so this
+/// reads std's stable rendering of OS errors, "... (os error N)".
+pub fn is_signalled(error: &RedisError) -> bool {
+    error.is_io_error()
+        && error
+            .to_string()
+            .ends_with(&format!("(os error {})", libc::EINTR))
 }
 
 /// The pool of one process. A forked child must never use its parent's sockets or threads.
@@ -116,7 +148,12 @@ impl Pool {
             .redis_url
             .as_str()
             .into_connection_info()
-            .map_err(|e| LockError::Argument(format!("redis_url is not usable: {}", e.detail().unwrap_or("cannot parse it"))))?;
+            .map_err(|e| {
+                LockError::Argument(format!(
+                    "redis_url is not usable: {}",
+                    e.detail().unwrap_or("cannot parse it")
+                ))
+            })?;
         let addr = display_addr(info.addr());
         let client = redis::Client::open(info)
             .map_err(|e| LockError::Argument(format!("redis_url is not usable: {e}")))?;
@@ -145,7 +182,9 @@ impl Pool {
             return Arc::clone(pool);
         }
         let fresh = Arc::new(build(&self.settings, &self.client));
-        let previous = self.current.compare_and_swap(&current, Some(Arc::clone(&fresh)));
+        let previous = self
+            .current
+            .compare_and_swap(&current, Some(Arc::clone(&fresh)));
         if same(&previous, &current) {
             forget_if_inherited(current);
             fresh
@@ -171,11 +210,15 @@ impl Pool {
                 return Ok(conn);
             }
             let waited = started.elapsed();
-            let failed_for_us = process.health.failed_connects.load(Ordering::Acquire) > failures_before;
+            let failed_for_us =
+                process.health.failed_connects.load(Ordering::Acquire) > failures_before;
             let known_down = process.health.down.load(Ordering::Acquire)
                 && waited >= self.settings.connect_timeout;
             if failed_for_us || known_down {
-                return Err(LockError::connection(&self.addr, last_failure(&process.health)));
+                return Err(LockError::connection(
+                    &self.addr,
+                    last_failure(&process.health),
+                ));
             }
             if Instant::now() >= deadline {
                 return Err(LockError::PoolTimeout {

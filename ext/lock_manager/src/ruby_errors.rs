@@ -13,8 +13,12 @@ const KEY_PREVIEW_CHARS: usize = 120;
 pub fn to_ruby(ruby: &Ruby, error: LockError, key: RString) -> Error {
     let quoted = quote_key(unsafe { key.as_slice() });
     let built = match &error {
-        LockError::Connection { .. } => new_error(ruby, "ConnectionError", format!("lock {quoted}: {error}")),
-        LockError::PoolTimeout { .. } => new_error(ruby, "PoolTimeout", format!("lock {quoted}: {error}")),
+        LockError::Connection { .. } => {
+            new_error(ruby, "ConnectionError", format!("lock {quoted}: {error}"))
+        }
+        LockError::PoolTimeout { .. } => {
+            new_error(ruby, "PoolTimeout", format!("lock {quoted}: {error}"))
+        }
         LockError::NotAcquired { waited } => not_acquired(ruby, key, waited.as_secs_f64()),
         LockError::Argument(message) => Ok(Error::new(ruby.exception_arg_error(), message.clone())),
         LockError::Server { .. } | LockError::Interrupted | LockError::Internal(_) => {

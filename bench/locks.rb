@@ -1,0 +1,155 @@
+# frozen_string_literal: true
+
+# Uncontended nonblocking_lock throughput and client CPU: this gem against the seed design
+# (bench/baseline.rb), both on the same Redis in the same run.
+#
+#   bundle exec ruby bench/locks.rb
+#
+# Starts a throwaway redis-server on a free loopback port unless REDIS_URL is set.
+# BENCH_SECONDS (default 3) is the measured time per workload and implementation.
+
+require "fileutils"
+require "socket"
+require "redis"
+require "tmpdir"
+
+# Load a private copy of the native extension: `rake compile` rewrites
+# lib/lock_manager/lock_manager.so in place, which crashes processes that have it loaded.
+native_copy = Dir.mktmpdir("lock_manager_bench")
+at_exit { FileUtils.remove_entry(native_copy) }
+FileUtils.mkdir("#{native_copy}/lock_manager")
+FileUtils.cp(File.expand_path("../lib/lock_manager/lock_manager.so", __dir__), "#{native_copy}/lock_manager")
+$LOAD_PATH.unshift(native_copy)
+require_relative "../lib/lock_manager"
+require_relative "baseline"
+
+DURATION = Float(ENV.fetch("BENCH_SECONDS", "3"))
+ROUNDS = 3 # each measurement is split into rounds, alternating gem and baseline
+WARMUP = [DURATION / 10, 0.3].min
+TARGETS = { 1 => 1.3, 8 => 2.0 }.freeze # wanted gem/baseline ops/s, per thread count
+
+class BenchBug < StandardError; end
+
+def now(clock = Process::CLOCK_MONOTONIC)
+  Process.clock_gettime(clock)
+end
+
+# @return [String] the URL of a new redis-server. A shell keeps it on a pipe and kills it when
+# the pipe closes: on exit, and also when Ruby itself crashes (no at_exit then).
+def start_redis
+  port = TCPServer.open("127.0.0.1", 0) { |server| server.addr[1] }
+  reader, writer = IO.pipe
+  pid = Process.spawn("sh", "-c", 'redis-server "$@" & read -r _; kill $!; wait', "sh", "--port", port.to_s,
+                      "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                      in: reader, out: File::NULL, err: File::NULL)
+  reader.close
+  at_exit do
+    writer.close
+    Process.wait(pid)
+  end
+  "redis://127.0.0.1:#{port}/0".tap { |url| wait_for_ping(url, port) }
+end
+
+def wait_for_ping(url, port)
+  redis = Redis.new(url: url)
+  deadline = now + 5
+  sleep 0.05 until ping?(redis) || now > deadline
+  abort "redis-server (from PATH) did not answer PING on port #{port} within 5 s" unless ping?(redis)
+  redis.close
+end
+
+def ping?(redis)
+  redis.ping == "PONG"
+rescue Redis::BaseConnectionError
+  false
+end
+
+# `threads` threads lock and unlock their own key in a loop for `seconds`.
+# @return [Array(Integer, Float, Float)] cycles, wall seconds, process CPU seconds
+def run(name, locker, threads, seconds)
+  cpu_start = now(Process::CLOCK_PROCESS_CPUTIME_ID)
+  start = now
+  workers = Array.new(threads) do |i|
+    Thread.new { cycles(name, locker, "bench:#{Process.pid}:#{name}:#{i}", start + seconds) }
+  end
+  [workers.sum(&:value), now - start, now(Process::CLOCK_PROCESS_CPUTIME_ID) - cpu_start]
+end
+
+# @return [Integer] how many lock + empty block + unlock cycles ran before `deadline`
+def cycles(name, locker, key, deadline)
+  count = 0
+  while now < deadline
+    result = locker.nonblocking_lock(key, timeout: 30) {}
+    raise BenchBug, "#{name}: nonblocking_lock(#{key.inspect}) did not run its block" unless result.run?
+
+    count += 1
+  end
+  count
+end
+
+def lockers(url, pool_size)
+  {
+    gem: LockManager::Locker.new(redis_url: url, pool_size: pool_size),
+    baseline: Baseline::Locker.new(pool_size: pool_size, redis: { url: url })
+  }
+end
+
+# @return [Hash{Symbol => Array(Integer, Float, Float)}] #run's numbers summed, for :gem and :baseline
+def compare(url, threads)
+  lockers = lockers(url, threads)
+  lockers.each { |name, locker| run(name, locker, threads, WARMUP) }
+  totals = lockers.transform_values { [0, 0.0, 0.0] }
+  ROUNDS.times do |round|
+    (round.even? ? lockers : lockers.reverse_each).each do |name, locker|
+      totals[name] = totals[name].zip(run(name, locker, threads, DURATION / ROUNDS)).map(&:sum)
+    end
+  end
+  totals
+end
+
+def ops_per_second((cycles, wall, _cpu))
+  cycles / wall
+end
+
+def cpu_us_per_cycle((cycles, _wall, cpu))
+  cpu / cycles * 1e6
+end
+
+def row(label, gem, baseline, unit, note = "")
+  format("%<label>-31s %<gem>9.1f %<unit>-5s %<baseline>9.1f %<unit>-5s %<ratio>9.2fx %<note>s",
+         label: label, gem: gem, baseline: baseline, unit: unit, ratio: gem / baseline, note: note).rstrip
+end
+
+$stdout.sync = true # keep what was printed if Ruby crashes
+url = ENV.fetch("REDIS_URL", nil) || start_redis
+redis = Redis.new(url: url)
+puts "ruby:         #{RUBY_DESCRIPTION}"
+puts "redis-server: #{redis.info('server')['redis_version']} (#{ENV['REDIS_URL'] ? 'REDIS_URL' : 'throwaway'})"
+puts "date:         #{Time.now.strftime('%F %T %z')}"
+puts "#{DURATION} s per measurement in #{ROUNDS} alternating rounds, after #{WARMUP} s of warm-up"
+redis.close
+
+puts "", format("%<workload>-31s %<gem>15s %<baseline>15s %<ratio>10s",
+                workload: "workload", gem: "gem", baseline: "baseline", ratio: "gem/baseline")
+ratios = {}
+begin
+  TARGETS.each_key do |threads|
+    gem, baseline = compare(url, threads).values_at(:gem, :baseline)
+    ratios[threads] = ops_per_second(gem) / ops_per_second(baseline)
+    puts row("nonblocking_lock, #{threads} thread#{'s' if threads > 1}",
+             ops_per_second(gem), ops_per_second(baseline), "ops/s")
+    next unless threads == 1
+
+    puts row("client CPU per cycle, 1 thread", cpu_us_per_cycle(gem), cpu_us_per_cycle(baseline),
+             "µs", "(lower is better)")
+  end
+rescue BenchBug => e
+  abort "BUG: #{e.message}"
+end
+
+puts
+TARGETS.each do |threads, target|
+  verdict = ratios[threads] >= target ? "target met" : "target NOT met"
+  puts "#{threads} thread#{'s' if threads > 1}: gem/baseline #{ratios[threads].round(2)}x, " \
+       "wanted >= #{target}x: #{verdict}"
+end

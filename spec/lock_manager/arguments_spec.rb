@@ -1,0 +1,107 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+
+# Every bad input is an ArgumentError naming the argument, raised before anything reaches
+# Redis: the locker below points at a port where nothing listens, so reaching Redis would
+# surface as ConnectionError instead.
+RSpec.describe "Bad input" do
+  let(:locker) { LockManager::Locker.new(redis_url: closed_url) }
+
+  BAD_KEYS = [nil, "", :"", 42, 1.5, [], {}, Object.new].freeze
+  BAD_TIMEOUTS = [0, -1, -0.5, 0.0, Float::NAN, Float::INFINITY, "30", nil, true, 2**70, Rational(1, 2)].freeze
+
+  BAD_KEYS.each do |key|
+    it "rejects the key #{key.inspect} in every method" do
+      calls = [
+        -> { locker.nonblocking_lock(key) {} },
+        -> { locker.blocking_lock(key) {} },
+        -> { locker.try_lock(key) },
+        -> { locker.lock(key) },
+        -> { locker.locked?(key) }
+      ]
+      calls.each { |call| expect(&call).to raise_error(ArgumentError, /key/) }
+    end
+  end
+
+  BAD_TIMEOUTS.each do |timeout|
+    it "rejects the timeout #{timeout.inspect}" do
+      calls = [
+        -> { locker.nonblocking_lock("k", timeout: timeout) {} },
+        -> { locker.blocking_lock("k", timeout: timeout) {} },
+        -> { locker.try_lock("k", timeout: timeout) },
+        -> { locker.lock("k", timeout: timeout) }
+      ]
+      calls.each { |call| expect(&call).to raise_error(ArgumentError, /timeout/) }
+    end
+  end
+
+  it "rejects a refresh to a bad number of seconds" do
+    lock = LockManager::Lock.new(locker, "k", "token")
+    expect { lock.refresh(0) }.to raise_error(ArgumentError, /seconds/)
+    expect { lock.refresh("10") }.to raise_error(ArgumentError, /seconds/)
+  end
+
+  it "requires a block for the block forms" do
+    expect { locker.nonblocking_lock("k") }.to raise_error(ArgumentError, /block/)
+    expect { locker.blocking_lock("k") }.to raise_error(ArgumentError, /block/)
+    expect { LockManager::Locker.nonblocking_lock("k") }.to raise_error(ArgumentError, /block/)
+  end
+
+  it "rejects unknown keyword arguments" do
+    expect { locker.nonblocking_lock("k", ttl: 3) {} }.to raise_error(ArgumentError, /ttl/)
+  end
+
+  it "reaches Redis (and fails there) once the arguments are right" do
+    expect { locker.nonblocking_lock("k") {} }.to raise_error(LockManager::ConnectionError)
+  end
+
+  describe "Locker.new" do
+    {
+      pool_size: [0, -1, 1.5, "5", nil],
+      pool_timeout: [0, -1, "5", Float::NAN],
+      connect_timeout: [0, Float::INFINITY, nil],
+      read_timeout: [-1, "1"],
+      retry_interval: [0, :fast],
+      key_prefix: [nil, 5, :lock]
+    }.each do |option, values|
+      values.each do |value|
+        it "rejects #{option}: #{value.inspect}, naming it" do
+          expect { LockManager::Locker.new(option => value) }.to raise_error(ArgumentError, /#{option}/)
+        end
+      end
+    end
+
+    ["http://127.0.0.1:6379", "127.0.0.1:6379", "", "tcp://x", nil, 6379].each do |url|
+      it "rejects the redis_url #{url.inspect}" do
+        expect { LockManager::Locker.new(redis_url: url) }.to raise_error(ArgumentError, /redis_url/)
+      end
+    end
+
+    it "never repeats a password in its messages" do
+      %w[http://user:s3cret@host:1 redis://:s3cret@host:notaport/0].each do |url|
+        expect { LockManager::Locker.new(redis_url: url) }.to raise_error(ArgumentError) { |e|
+          expect(e.message).not_to include("s3cret")
+        }
+      end
+    end
+
+    it "rejects unknown options" do
+      expect { LockManager::Locker.new(size: 3) }.to raise_error(ArgumentError, /size/)
+    end
+
+    it "accepts redis://, rediss:// and unix:// URLs without connecting" do
+      %w[redis://127.0.0.1:1/0 rediss://127.0.0.1:1/0 unix:///tmp/nowhere.sock].each do |url|
+        expect(LockManager::Locker.new(redis_url: url).pool_state).to eq([0, 0])
+      end
+    end
+  end
+
+  describe "LockManager.configure" do
+    it "rejects a bad setting, naming it, and keeps the previous settings" do
+      LockManager.configure { |c| c.pool_size = 3 }
+      expect { LockManager.configure { |c| c.pool_size = 0 } }.to raise_error(ArgumentError, /pool_size/)
+      expect(LockManager.config.pool_size).to eq(3)
+    end
+  end
+end

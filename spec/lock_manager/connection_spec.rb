@@ -1,0 +1,186 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+
+# Each example here owns a private redis-server, so it can stop, pause or restart it.
+RSpec.describe "Connections and the pool" do
+  let(:server) { RedisServer.new.start }
+  let(:admin) { server.client }
+
+  after do
+    server.resume if server.port && @paused
+    admin.close
+    server.shutdown
+  end
+
+  def locker(**options)
+    LockManager::Locker.new(redis_url: server.url, key_prefix: prefix, **options)
+  end
+
+  def pause_server
+    @paused = true
+    server.pause
+  end
+
+  def gem_client_ids
+    admin.client(:list).reject { |c| c["cmd"] == "client|list" }.map { |c| c["id"] }
+  end
+
+  def command_calls(name)
+    admin.info("commandstats").dig(name, "calls").to_i
+  end
+
+  it "connects lazily: a new Locker opens no connection" do
+    clients_before = admin.client(:list).size
+    l = locker
+    expect(l.pool_state).to eq([0, 0])
+    expect(admin.client(:list).size).to eq(clients_before)
+    l.locked?("k")
+    expect(l.pool_state).to eq([1, 1])
+  end
+
+  it "costs exactly one SET and one EVALSHA per lock cycle: no PING on checkout, no SCRIPT LOAD" do
+    l = locker(pool_size: 2)
+    l.nonblocking_lock("warm-up") {}
+    admin.config("resetstat")
+    50.times { l.nonblocking_lock("k") {} }
+    expect([command_calls("set"), command_calls("evalsha"), command_calls("ping"), command_calls("eval")])
+      .to eq([50, 50, 0, 0])
+  end
+
+  it "falls back to EVAL when Redis lost its script cache" do
+    l = locker
+    lock = l.try_lock("k")
+    admin.script(:flush)
+    expect(lock.release).to be(true)
+    expect(l.locked?("k")).to be(false)
+  end
+
+  it "returns every connection to the pool after many cycles" do
+    l = locker(pool_size: 3)
+    Array.new(3) { |i| Thread.new { 200.times { l.nonblocking_lock("k#{i}") {} } } }.each(&:join)
+    open, idle = l.pool_state
+    expect(open).to be_between(1, 3)
+    expect(idle).to eq(open)
+  end
+
+  it "raises ConnectionError naming the key and host:port within about connect_timeout when Redis is down" do
+    l = locker(connect_timeout: 0.5)
+    l.locked?("k")
+    server.stop
+    error = nil
+    took = elapsed do
+      l.nonblocking_lock("MyWorker") {}
+    rescue LockManager::ConnectionError => e
+      error = e
+    end
+
+    expect(error.message).to include('"MyWorker"', "127.0.0.1:#{server.port}")
+    expect(took).to be < 1.5
+    # a second call, while Redis stays down, fails as fast
+    expect { l.locked?("k") }.to raise_error(LockManager::ConnectionError)
+    expect(elapsed { l.locked?("k") rescue nil }).to be < 1.5 # rubocop:disable Style/RescueModifier
+  end
+
+  it "works again, with the same Locker, once Redis is back (stale pooled connections are replaced)" do
+    l = locker(pool_size: 3)
+    Array.new(3) { |i| Thread.new { 50.times { l.nonblocking_lock("k#{i}") { sleep 0.001 } } } }.each(&:join)
+    expect(l.pool_state.first).to be >= 2
+
+    server.restart
+    expect(l.nonblocking_lock("k") { :back }.result).to eq(:back)
+    expect(l.try_lock("other")).to be_a(LockManager::Lock)
+  end
+
+  it "recovers after Redis was down for a while" do
+    l = locker(connect_timeout: 0.2, pool_timeout: 1)
+    l.locked?("k")
+    server.stop
+    3.times { expect { l.locked?("k") }.to raise_error(LockManager::ConnectionError) }
+    server.start
+    expect(eventually(timeout: 5) { l.nonblocking_lock("k") { :back }.result rescue nil }).to eq(:back) # rubocop:disable Style/RescueModifier
+  end
+
+  it "retries an acquire once after a connection reset, with the same token" do
+    l = locker
+    l.locked?("k")
+    admin.client(:kill, "type", "normal", "skipme", "yes")
+    lock = l.try_lock("k", timeout: 30)
+    expect(lock).to be_a(LockManager::Lock)
+    expect(admin.get("#{prefix}k")).to eq(lock.token)
+  end
+
+  it "raises ConnectionError within about read_timeout when Redis stops answering, and drops that connection" do
+    l = locker(read_timeout: 0.3, connect_timeout: 0.3)
+    holder = l.try_lock("k", timeout: 30)
+    expect(l.pool_state).to eq([1, 1])
+    timed_out_id = gem_client_ids.first
+    pause_server
+    error = nil
+    took = elapsed do
+      l.locked?("k")
+    rescue LockManager::ConnectionError => e
+      error = e
+    end
+    server.resume
+
+    expect(error.message).to include("127.0.0.1:#{server.port}").and match(/read_timeout|connect_timeout/)
+    expect(took).to be_between(0.25, 1.5)
+    eventually { !admin.client(:list).map { |c| c["id"] }.include?(timed_out_id) }
+    # Later callers read their own replies, never the late one of the timed-out call.
+    expect(l.locked?("other")).to be(false)
+    expect(l.locked?("k")).to be(true)
+    expect(holder.owned?).to be(true)
+  end
+
+  it "raises PoolTimeout when every connection stays busy for pool_timeout" do
+    l = locker(pool_size: 1, pool_timeout: 0.3, read_timeout: 3)
+    l.locked?("k")
+    pause_server
+    busy = Thread.new { l.locked?("k") rescue $ERROR_INFO } # rubocop:disable Style/RescueModifier
+    sleep 0.1
+    error = nil
+    took = elapsed do
+      l.locked?("k")
+    rescue LockManager::PoolTimeout => e
+      error = e
+    end
+    server.resume
+    busy.join
+
+    expect(error.message).to include("pool_size", "1 pooled")
+    expect(took).to be_between(0.25, 1.5)
+    expect(error).to be_a(LockManager::Error)
+  end
+
+  it "reports a wrong password as ConnectionError without repeating it" do
+    secured = RedisServer.new(password: "right-one").start
+    l = LockManager::Locker.new(redis_url: secured.url(password: "wrong-one"))
+    expect { l.locked?("k") }.to raise_error(LockManager::ConnectionError) { |e|
+      expect(e.message).not_to include("wrong-one", "right-one")
+    }
+  ensure
+    secured&.shutdown
+  end
+
+  it "talks to Redis over a unix socket" do
+    unix = RedisServer.new(unix: true).start
+    l = LockManager::Locker.new(redis_url: "unix://#{unix.socket}")
+    expect(l.nonblocking_lock("k") { :unix }.result).to eq(:unix)
+  ensure
+    unix&.shutdown
+  end
+
+  it "talks to Redis over TLS (rediss://), verifying the server certificate" do
+    tls = RedisServer.new(tls: true).start
+    untrusted = LockManager::Locker.new(redis_url: tls.url, connect_timeout: 2)
+    expect { untrusted.locked?("k") }.to raise_error(LockManager::ConnectionError, /certificate|UnknownIssuer/i)
+
+    ENV["SSL_CERT_FILE"] = tls.ca_file
+    trusted = LockManager::Locker.new(redis_url: tls.url, connect_timeout: 2)
+    expect(trusted.nonblocking_lock("k") { :tls }.result).to eq(:tls)
+  ensure
+    ENV.delete("SSL_CERT_FILE")
+    tls&.shutdown
+  end
+end

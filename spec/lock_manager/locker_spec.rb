@@ -1,0 +1,252 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+
+UUID_V4 = /\A\h{8}-\h{4}-4\h{3}-[89ab]\h{3}-\h{12}\z/.freeze
+
+RSpec.describe LockManager::Locker do
+  let(:locker) { new_locker }
+
+  describe "#nonblocking_lock" do
+    it "runs the block, returns its value in a Result and releases the lock" do
+      result = locker.nonblocking_lock("job", timeout: 30) { :done }
+
+      expect(result).to be_a(LockManager::Result)
+      expect(result.run?).to be(true)
+      expect(result.result).to eq(:done)
+      expect(redis.exists?("#{prefix}job")).to be(false)
+    end
+
+    it "skips the block when the lock is held, and leaves the holder's lock alone" do
+      inner = nil
+      outer = locker.nonblocking_lock("job") do
+        inner = locker.nonblocking_lock("job") { raise "must not run" }
+        expect(redis.exists?("#{prefix}job")).to be(true)
+        :outer
+      end
+
+      expect(inner.run?).to be(false)
+      expect(inner.result).to be_nil
+      expect(outer.result).to eq(:outer)
+    end
+
+    it "stores a fresh UUID v4 token under key_prefix + key with the timeout as PX" do
+      seen = []
+      2.times do
+        locker.nonblocking_lock("job", timeout: 7) do
+          seen << [redis.get("#{prefix}job"), redis.pttl("#{prefix}job")]
+        end
+      end
+
+      expect(seen.map(&:first)).to all(match(UUID_V4))
+      expect(seen.map(&:first).uniq.size).to eq(2)
+      expect(seen.map(&:last)).to all(be_between(6_000, 7_000))
+    end
+
+    it "turns a fractional timeout into whole milliseconds" do
+      pttl = locker.nonblocking_lock("job", timeout: 0.25) { redis.pttl("#{prefix}job") }.result
+      expect(pttl).to be_between(1, 250)
+    end
+
+    it "uses lock: as the default prefix" do
+      plain = LockManager::Locker.new(redis_url: redis_url)
+      key = "#{prefix}default"
+      held = plain.nonblocking_lock(key) { redis.exists?("lock:#{key}") }.result
+      expect(held).to be(true)
+    end
+
+    it "lets an exception from the block propagate unchanged, after releasing the lock" do
+      error = Class.new(StandardError)
+      expect { locker.nonblocking_lock("job") { raise error, "boom" } }.to raise_error(error, "boom")
+      expect(redis.exists?("#{prefix}job")).to be(false)
+    end
+
+    it "releases the lock when the block breaks, returns or throws out" do
+      expect(catch(:out) { locker.nonblocking_lock("job") { throw :out, 1 } }).to eq(1)
+      expect(locker.nonblocking_lock("job") { break 2 }).to eq(2)
+      expect(redis.exists?("#{prefix}job")).to be(false)
+    end
+
+    it "never deletes another holder's lock when its own expired during the block" do
+      other = new_locker
+      other_lock = nil
+      result = locker.nonblocking_lock("job", timeout: 0.2) do
+        sleep 0.3
+        other_lock = other.try_lock("job", timeout: 30)
+        :slow
+      end
+
+      expect(result.result).to eq(:slow)
+      expect(other_lock).not_to be_nil
+      expect(redis.get("#{prefix}job")).to eq(other_lock.token)
+      expect(other_lock.owned?).to be(true)
+    end
+
+    it "logs, rather than raises, when the lock could not be released after the block" do
+      log = StringIO.new
+      LockManager.configure { |c| c.logger = Logger.new(log) }
+      result = locker.nonblocking_lock("job", timeout: 0.1) { sleep 0.2 }
+
+      expect(result.run?).to be(true)
+      expect(log.string).to include("job", "expired")
+    end
+
+    it "treats keys as bytes: binary, NUL and Symbol keys round-trip untouched" do
+      binary = "\xFF\x00{*}\"'".b
+      stored = locker.nonblocking_lock(binary) { redis.keys("#{prefix}*").map(&:b) }.result
+      expect(stored).to eq(["#{prefix}#{binary}".b])
+      expect(locker.nonblocking_lock(:sym) { redis.exists?("#{prefix}sym") }.result).to be(true)
+      utf8 = "clé-ü"
+      expect(locker.nonblocking_lock(utf8) { redis.exists?("#{prefix}#{utf8}") }.result).to be(true)
+    end
+
+    it "handles a 1 MB key" do
+      key = "k" * 1_000_000
+      expect(locker.nonblocking_lock(key) { redis.strlen("#{prefix}#{key}") }.result).to eq(36)
+      expect(locker.locked?(key)).to be(false)
+    end
+  end
+
+  describe "#blocking_lock" do
+    it "returns the block's value" do
+      expect(locker.blocking_lock("job", timeout: 5) { 42 }).to eq(42)
+      expect(redis.exists?("#{prefix}job")).to be(false)
+    end
+
+    it "waits for the holder, then runs" do
+      holder = locker.try_lock("job", timeout: 30)
+      Thread.new { sleep(0.3) && holder.release }
+      waited = elapsed { expect(locker.blocking_lock("job", timeout: 5) { :mine }).to eq(:mine) }
+      expect(waited).to be_between(0.25, 3)
+    end
+
+    it "takes the lock soon after an expiry" do
+      locker.try_lock("job", timeout: 0.3)
+      waited = elapsed { locker.blocking_lock("job", timeout: 5) { :ok } }
+      expect(waited).to be_between(0.25, 3)
+    end
+
+    it "raises LockNotAcquired with the key and the seconds waited, never sleeping past the deadline" do
+      locker.try_lock("job", timeout: 30)
+      error = nil
+      took = elapsed do
+        locker.blocking_lock("job", timeout: 0.5) { raise "must not run" }
+      rescue LockManager::LockNotAcquired => e
+        error = e
+      end
+
+      expect(error.key).to eq("job")
+      expect(error.waited).to be_between(0.5, 0.75)
+      expect(error.message).to include('"job"', "0.5")
+      expect(took).to be < 0.9
+      expect(error).to be_a(LockManager::Error)
+    end
+
+    it "runs blocks one after another across threads, never overlapping" do
+      events = Queue.new
+      threads = Array.new(3) do |i|
+        Thread.new do
+          locker.blocking_lock("job", timeout: 10) do
+            events << [:start, i]
+            sleep 0.1
+            events << [:finish, i]
+          end
+        end
+      end
+      threads.each(&:join)
+      log = Array.new(events.size) { events.pop }
+
+      expect(log.map(&:first)).to eq(%i[start finish] * 3)
+      expect(log.each_slice(2).map { |(s, f)| s.last == f.last }).to all(be(true))
+    end
+
+    it "honours retry_interval as the cap of its backoff" do
+      slow = new_locker(retry_interval: 0.5)
+      holder = slow.try_lock("job", timeout: 30)
+      Thread.new { sleep(0.2) && holder.release }
+      # With a 0.5 s cap the first pauses are still a few ms: the release is seen quickly.
+      expect(elapsed { slow.blocking_lock("job", timeout: 5) {} }).to be < 1.0
+    end
+  end
+
+  describe "lock handles" do
+    it "try_lock returns a Lock whose token holds the key, or nil when held" do
+      lock = locker.try_lock("job", timeout: 30)
+
+      expect(lock).to be_a(LockManager::Lock)
+      expect(lock.key).to eq("job")
+      expect(lock.token).to match(UUID_V4)
+      expect(redis.get("#{prefix}job")).to eq(lock.token)
+      expect(locker.try_lock("job")).to be_nil
+    end
+
+    it "lock waits, then returns a Lock, or raises LockNotAcquired" do
+      first = locker.lock("job", timeout: 30)
+      expect { locker.lock("job", timeout: 0.2) }.to raise_error(LockManager::LockNotAcquired)
+      first.release
+      expect(locker.lock("job", timeout: 1).owned?).to be(true)
+    end
+
+    it "owned? asks Redis, and turns false after expiry" do
+      lock = locker.try_lock("job", timeout: 0.2)
+      expect(lock.owned?).to be(true)
+      sleep 0.3
+      expect(lock.owned?).to be(false)
+    end
+
+    it "refresh resets the TTL only while the token holds the key" do
+      lock = locker.try_lock("job", timeout: 1)
+      expect(lock.refresh(10)).to be(true)
+      expect(redis.pttl("#{prefix}job")).to be_between(9_000, 10_000)
+
+      redis.set("#{prefix}job", "someone-else", px: 5_000)
+      expect(lock.refresh(60)).to be(false)
+      expect(redis.pttl("#{prefix}job")).to be <= 5_000
+    end
+
+    it "release deletes only its own lock and reports whether it did" do
+      lock = locker.try_lock("job", timeout: 30)
+      expect(lock.release).to be(true)
+      expect(lock.release).to be(false)
+
+      again = locker.try_lock("job", timeout: 30)
+      expect(lock.release).to be(false)
+      expect(again.owned?).to be(true)
+    end
+
+    it "locked? tells whether anyone holds the key" do
+      expect(locker.locked?("job")).to be(false)
+      lock = locker.try_lock("job")
+      expect(new_locker.locked?("job")).to be(true)
+      lock.release
+      expect(locker.locked?("job")).to be(false)
+    end
+  end
+
+  describe "class-level API" do
+    before do
+      LockManager.configure do |c|
+        c.redis_url = redis_url
+        c.key_prefix = prefix
+      end
+    end
+
+    it "uses one shared Locker built from LockManager.config" do
+      expect(described_class.instance).to equal(LockManager.locker)
+      result = described_class.nonblocking_lock("MyWorker", timeout: 30) { redis.exists?("#{prefix}MyWorker") }
+      expect(result.result).to be(true)
+      expect(described_class.blocking_lock("MyWorker", timeout: 30) { :value }).to eq(:value)
+    end
+
+    it "rebuilds the shared Locker after configure" do
+      before = described_class.instance
+      LockManager.configure { |c| c.pool_size = 2 }
+      expect(described_class.instance).not_to equal(before)
+      expect(described_class.instance.settings[:pool_size]).to eq(2)
+    end
+
+    it "exposes Result as LockManager::Locker::Result too" do
+      expect(LockManager::Locker::Result).to equal(LockManager::Result)
+    end
+  end
+end

@@ -1,0 +1,28 @@
+# frozen_string_literal: true
+
+require "securerandom"
+require "timeout"
+require_relative "support/redis_server"
+require_relative "support/helpers"
+
+# The suite's own redis-server (REDIS_URL points it at another one: then keys are isolated by
+# a random prefix per example and nothing is flushed).
+unless ENV["REDIS_URL"]
+  SUITE_REDIS = RedisServer.new.start
+  ENV["REDIS_URL"] = SUITE_REDIS.url
+  at_exit { SUITE_REDIS.shutdown }
+end
+
+require "lock_manager"
+
+RSpec.configure do |config|
+  config.include SpecHelpers
+  config.disable_monkey_patching!
+  config.order = :random
+  config.expect_with(:rspec) { |c| c.syntax = :expect }
+  config.filter_run_when_matching :focus
+  # An example must never hang the suite.
+  config.around { |example| Timeout.timeout(60) { example.run } }
+  config.before { reset_lock_manager! }
+  config.after { @redis&.close }
+end

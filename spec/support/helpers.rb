@@ -1,0 +1,54 @@
+# frozen_string_literal: true
+
+# Shared helpers: every example gets its own key prefix, so examples never see each other's locks.
+module SpecHelpers
+  def prefix
+    @prefix ||= "spec:#{SecureRandom.hex(4)}:"
+  end
+
+  def redis_url
+    ENV.fetch("REDIS_URL")
+  end
+
+  # A redis-rb client on the suite's Redis, to look at what the gem wrote.
+  def redis
+    @redis ||= Redis.new(url: redis_url, timeout: 2)
+  end
+
+  def new_locker(**options)
+    LockManager::Locker.new(redis_url: redis_url, key_prefix: prefix, **options)
+  end
+
+  def monotonic
+    Process.clock_gettime(Process::CLOCK_MONOTONIC)
+  end
+
+  def elapsed
+    started = monotonic
+    yield
+    monotonic - started
+  end
+
+  # Waits (bounded) until the block is truthy.
+  def eventually(timeout: 5, interval: 0.01)
+    deadline = monotonic + timeout
+    loop do
+      value = yield
+      return value if value
+      raise "condition not met within #{timeout}s" if monotonic > deadline
+
+      sleep interval
+    end
+  end
+
+  # Back to default settings (REDIS_URL) and no shared Locker, as in a fresh process.
+  def reset_lock_manager!
+    LockManager.instance_variable_set(:@config, LockManager::Configuration.new)
+    LockManager.instance_variable_set(:@locker, nil)
+  end
+
+  # A Redis that is not listening: anything reaching it fails with ConnectionError.
+  def closed_url
+    "redis://127.0.0.1:#{RedisServer.free_port}/0"
+  end
+end

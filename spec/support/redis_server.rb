@@ -1,0 +1,118 @@
+# frozen_string_literal: true
+
+require "fileutils"
+require "socket"
+require "tmpdir"
+require "redis"
+
+# A real redis-server on a free loopback port, owned by the suite: it may be stopped, paused
+# and restarted (on the same port) to inject faults. Nothing is persisted.
+class RedisServer
+  attr_reader :port
+
+  # @param tls [Boolean] serve TLS only, with a certificate from a throwaway CA (see #ca_file)
+  # @param unix [Boolean] also listen on a unix socket (see #socket)
+  def initialize(port: RedisServer.free_port, password: nil, tls: false, unix: false)
+    @port = port
+    @password = password
+    @tls = tls
+    @unix = unix
+    @dir = Dir.mktmpdir("lock_manager-redis")
+    make_certificates if tls
+  end
+
+  def ca_file
+    File.join(@dir, "ca.crt")
+  end
+
+  def socket
+    File.join(@dir, "redis.sock")
+  end
+
+  def self.free_port
+    server = TCPServer.new("127.0.0.1", 0)
+    server.addr[1]
+  ensure
+    server&.close
+  end
+
+  def url(password: @password)
+    scheme = @tls ? "rediss" : "redis"
+    password ? "#{scheme}://:#{password}@127.0.0.1:#{port}/0" : "#{scheme}://127.0.0.1:#{port}/0"
+  end
+
+  def start
+    args = ["redis-server", "--port", port.to_s, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            "--dir", @dir, "--logfile", File.join(@dir, "redis.log")]
+    args += ["--requirepass", @password] if @password
+    args += ["--unixsocket", socket] if @unix
+    args += tls_arguments if @tls
+    @pid = Process.spawn(*args, out: File::NULL, err: File::NULL)
+    wait_until_ready
+    self
+  rescue Errno::ENOENT
+    raise "redis-server is not on PATH: bin/test installs it (apt-get install redis-server)"
+  end
+
+  def stop
+    return unless @pid
+
+    Process.kill(:KILL, @pid)
+    Process.wait(@pid)
+    @pid = nil
+  end
+
+  def restart
+    stop
+    start
+  end
+
+  def pause
+    Process.kill(:STOP, @pid)
+  end
+
+  def resume
+    Process.kill(:CONT, @pid)
+  end
+
+  def shutdown
+    stop
+    FileUtils.rm_rf(@dir)
+  end
+
+  # A plain redis-rb client, for looking at what the gem wrote.
+  def client
+    return Redis.new(url: url, timeout: 2, ssl_params: { ca_file: ca_file }) if @tls
+
+    Redis.new(url: url, timeout: 2)
+  end
+
+  private
+
+  def tls_arguments
+    ["--port", "0", "--tls-port", port.to_s, "--tls-cert-file", File.join(@dir, "server.crt"),
+     "--tls-key-file", File.join(@dir, "server.key"), "--tls-ca-cert-file", ca_file, "--tls-auth-clients", "no"]
+  end
+
+  def make_certificates
+    Dir.chdir(@dir) do
+      File.write("san.ext", "subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+      [%w[req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=lock_manager-test-ca -keyout ca.key -out ca.crt],
+       %w[req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server.key -out server.csr],
+       %w[x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext -out server.crt]]
+        .each { |args| system("openssl", *args, out: File::NULL, err: File::NULL) || raise("openssl #{args.first} failed") }
+    end
+  end
+
+  def wait_until_ready
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+    begin
+      client.tap { |c| c.ping }.close
+    rescue Redis::BaseConnectionError, Redis::CommandError
+      raise "redis-server did not start on port #{port}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+
+      sleep 0.02
+      retry
+    end
+  end
+end
