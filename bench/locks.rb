@@ -7,61 +7,23 @@
 #
 # Starts a throwaway redis-server on a free loopback port unless REDIS_URL is set.
 # BENCH_SECONDS (default 3) is the measured time per workload and implementation.
+# On a small VM the 1-thread numbers swing with whether client and Redis share a CPU;
+# `taskset -c 0 bundle exec ruby bench/locks.rb` keeps them on one CPU and makes them steady.
 
-require "fileutils"
-require "socket"
-require "redis"
-require "tmpdir"
-
-# Load a private copy of the native extension: `rake compile` rewrites
-# lib/lock_manager/lock_manager.so in place, which crashes processes that have it loaded.
-native_copy = Dir.mktmpdir("lock_manager_bench")
-at_exit { FileUtils.remove_entry(native_copy) }
-FileUtils.mkdir("#{native_copy}/lock_manager")
-FileUtils.cp(File.expand_path("../lib/lock_manager/lock_manager.so", __dir__), "#{native_copy}/lock_manager")
-$LOAD_PATH.unshift(native_copy)
 require_relative "../lib/lock_manager"
+require_relative "../spec/support/redis_server"
 require_relative "baseline"
 
 DURATION = Float(ENV.fetch("BENCH_SECONDS", "3"))
-ROUNDS = 3 # each measurement is split into rounds, alternating gem and baseline
+ROUNDS = 10 # each measurement is split into rounds, alternating gem and baseline against noise
 WARMUP = [DURATION / 10, 0.3].min
 TARGETS = { 1 => 1.3, 8 => 2.0 }.freeze # wanted gem/baseline ops/s, per thread count
 
 class BenchBug < StandardError; end
+Thread.report_on_exception = false # a worker's exception surfaces through Thread#value
 
 def now(clock = Process::CLOCK_MONOTONIC)
   Process.clock_gettime(clock)
-end
-
-# @return [String] the URL of a new redis-server. A shell keeps it on a pipe and kills it when
-# the pipe closes: on exit, and also when Ruby itself crashes (no at_exit then).
-def start_redis
-  port = TCPServer.open("127.0.0.1", 0) { |server| server.addr[1] }
-  reader, writer = IO.pipe
-  pid = Process.spawn("sh", "-c", 'redis-server "$@" & read -r _; kill $!; wait', "sh", "--port", port.to_s,
-                      "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                      in: reader, out: File::NULL, err: File::NULL)
-  reader.close
-  at_exit do
-    writer.close
-    Process.wait(pid)
-  end
-  "redis://127.0.0.1:#{port}/0".tap { |url| wait_for_ping(url, port) }
-end
-
-def wait_for_ping(url, port)
-  redis = Redis.new(url: url)
-  deadline = now + 5
-  sleep 0.05 until ping?(redis) || now > deadline
-  abort "redis-server (from PATH) did not answer PING on port #{port} within 5 s" unless ping?(redis)
-  redis.close
-end
-
-def ping?(redis)
-  redis.ping == "PONG"
-rescue Redis::BaseConnectionError
-  false
 end
 
 # `threads` threads lock and unlock their own key in a loop for `seconds`.
@@ -116,12 +78,16 @@ def cpu_us_per_cycle((cycles, _wall, cpu))
 end
 
 def row(label, gem, baseline, unit, note = "")
-  format("%<label>-31s %<gem>9.1f %<unit>-5s %<baseline>9.1f %<unit>-5s %<ratio>9.2fx %<note>s",
+  format("%<label>-31s %<gem>9.1f %<unit>-5s %<baseline>9.1f %<unit>-5s %<ratio>11.2fx %<note>s",
          label: label, gem: gem, baseline: baseline, unit: unit, ratio: gem / baseline, note: note).rstrip
 end
 
 $stdout.sync = true # keep what was printed if Ruby crashes
-url = ENV.fetch("REDIS_URL", nil) || start_redis
+url = ENV.fetch("REDIS_URL") do
+  server = RedisServer.new.start
+  at_exit { server.shutdown }
+  server.url
+end
 redis = Redis.new(url: url)
 puts "ruby:         #{RUBY_DESCRIPTION}"
 puts "redis-server: #{redis.info('server')['redis_version']} (#{ENV['REDIS_URL'] ? 'REDIS_URL' : 'throwaway'})"
@@ -129,7 +95,7 @@ puts "date:         #{Time.now.strftime('%F %T %z')}"
 puts "#{DURATION} s per measurement in #{ROUNDS} alternating rounds, after #{WARMUP} s of warm-up"
 redis.close
 
-puts "", format("%<workload>-31s %<gem>15s %<baseline>15s %<ratio>10s",
+puts "", format("%<workload>-31s %<gem>15s %<baseline>15s %<ratio>12s",
                 workload: "workload", gem: "gem", baseline: "baseline", ratio: "gem/baseline")
 ratios = {}
 begin

@@ -40,7 +40,8 @@ else
 
     install: $(DLLIB)
     \tmkdir -p $(DESTDIR)$(sitearchdir)/lock_manager
-    \tcp $(DLLIB) $(DESTDIR)$(sitearchdir)/lock_manager/$(DLLIB)
+    \tcp $(DLLIB) $(DESTDIR)$(sitearchdir)/lock_manager/$(DLLIB).tmp
+    \tmv $(DESTDIR)$(sitearchdir)/lock_manager/$(DLLIB).tmp $(DESTDIR)$(sitearchdir)/lock_manager/$(DLLIB)
 
     clean:
     \trm -f $(DLLIB)

@@ -20,7 +20,7 @@ pub fn to_ruby(ruby: &Ruby, error: LockError, key: RString) -> Error {
             new_error(ruby, "PoolTimeout", format!("lock {quoted}: {error}"))
         }
         LockError::NotAcquired { waited } => not_acquired(ruby, key, waited.as_secs_f64()),
-        LockError::Argument(message) => Ok(Error::new(ruby.exception_arg_error(), message.clone())),
+        LockError::Argument(message) => instantiate(ruby.exception_arg_error(), message.clone()),
         LockError::Server { .. } | LockError::Interrupted | LockError::Internal(_) => {
             new_error(ruby, "Error", format!("lock {quoted}: {error}"))
         }
@@ -31,7 +31,9 @@ pub fn to_ruby(ruby: &Ruby, error: LockError, key: RString) -> Error {
 /// For errors that are not about one key (building a Locker).
 pub fn to_ruby_unkeyed(ruby: &Ruby, error: LockError) -> Error {
     match error {
-        LockError::Argument(message) => Error::new(ruby.exception_arg_error(), message),
+        LockError::Argument(message) => {
+            instantiate(ruby.exception_arg_error(), message).unwrap_or_else(|e| e)
+        }
         other => new_error(ruby, "Error", other.to_string()).unwrap_or_else(|e| e),
     }
 }
@@ -41,8 +43,15 @@ fn lock_manager(ruby: &Ruby) -> Result<RModule, Error> {
 }
 
 fn new_error(ruby: &Ruby, class_name: &str, message: String) -> Result<Error, Error> {
-    let class: ExceptionClass = lock_manager(ruby)?.const_get(class_name)?;
-    Ok(Error::new(class, message))
+    instantiate(lock_manager(ruby)?.const_get(class_name)?, message)
+}
+
+/// Builds the exception now rather than leaving it to magnus (`Error::new`): magnus builds lazy
+/// errors while raising and panics if that is interrupted, which a pending Thread#kill or
+/// process exit does. Built here, such an interrupt is returned instead, and wins.
+fn instantiate(class: ExceptionClass, message: String) -> Result<Error, Error> {
+    let exception: magnus::Exception = class.new_instance((message,))?;
+    Ok(exception.into())
 }
 
 fn not_acquired(ruby: &Ruby, key: RString, waited: f64) -> Result<Error, Error> {

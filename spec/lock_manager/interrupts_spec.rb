@@ -1,0 +1,136 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "rbconfig"
+
+RSpec.describe "Interrupts" do
+  let(:locker) { new_locker(pool_size: 4) }
+
+  before { locker.try_lock("held", timeout: 30) }
+
+  def waiter(&block)
+    ready = Queue.new
+    thread = Thread.new do
+      ready << true
+      block.call
+    rescue Exception => e # rubocop:disable Lint/RescueException
+      e
+    end
+    ready.pop
+    sleep 0.2 # let it block in Redis / the backoff
+    thread
+  end
+
+  it "Thread#raise stops a waiting thread within 100 ms" do
+    thread = waiter { locker.blocking_lock("held", timeout: 20) { :never } }
+    took = elapsed { thread.raise(RuntimeError, "stop") && thread.join }
+
+    expect(thread.value).to be_a(RuntimeError)
+    expect(took).to be < 0.1
+  end
+
+  it "Thread#kill stops a waiting thread within 100 ms" do
+    thread = waiter { locker.lock("held", timeout: 20) }
+    took = elapsed { thread.kill.join }
+
+    expect(thread.alive?).to be(false)
+    expect(took).to be < 0.1
+  end
+
+  it "Timeout.timeout stops a wait on time" do
+    took = elapsed do
+      expect { Timeout.timeout(0.3) { locker.blocking_lock("held", timeout: 20) {} } }.to raise_error(Timeout::Error)
+    end
+    expect(took).to be_between(0.3, 0.4)
+  end
+
+  it "Thread#raise stops a thread stuck on a Redis that stopped answering" do
+    server = RedisServer.new.start
+    stalled = LockManager::Locker.new(redis_url: server.url, read_timeout: 10)
+    stalled.locked?("k")
+    server.pause
+    thread = waiter { stalled.locked?("k") }
+    took = elapsed { thread.raise(RuntimeError, "stop") && thread.join }
+
+    expect(thread.value).to be_a(RuntimeError)
+    expect(took).to be < 0.1
+  ensure
+    server&.resume
+    server&.shutdown
+  end
+
+  it "Thread#wakeup does not abort a wait: it goes on and succeeds" do
+    thread = waiter { locker.blocking_lock("held", timeout: 20) { :got_it } }
+    3.times { thread.wakeup && sleep(0.02) }
+    redis.del("#{prefix}held")
+
+    expect(thread.value).to eq(:got_it)
+  end
+
+  it "an interrupt inside the block releases the lock" do
+    thread = waiter { locker.blocking_lock("free", timeout: 20) { sleep 10 } }
+    thread.raise(RuntimeError, "stop")
+    thread.join
+
+    expect(redis.exists?("#{prefix}free")).to be(false)
+  end
+
+  it "Ctrl-C (SIGINT) ends a process waiting in blocking_lock within 1 s, leaving nothing held" do
+    script = <<~RUBY
+      require "lock_manager"
+      locker = LockManager::Locker.new(redis_url: #{redis_url.inspect}, key_prefix: #{prefix.inspect})
+      $stdout.puts "waiting"; $stdout.flush
+      locker.blocking_lock("held", timeout: 30) { sleep }
+    RUBY
+    IO.popen([RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__), "-e", script], err: File::NULL) do |child|
+      expect(child.gets).to eq("waiting\n")
+      sleep 0.3
+      status = nil
+      took = elapsed do
+        Process.kill(:INT, child.pid)
+        status = Process.wait2(child.pid).last
+      end
+
+      expect(status.termsig || status.exitstatus).not_to eq(0)
+      expect(took).to be < 1.0
+    end
+    expect(redis.get("#{prefix}held")).not_to be_nil # the holder's lock is intact
+    expect(redis.keys("#{prefix}*")).to eq(["#{prefix}held"])
+  end
+
+  it "leaves no lock and no connection behind under random Thread#raise (2,000 cycles, 8 threads)" do
+    hits = Queue.new
+    ready = Queue.new
+    workers = Array.new(8) do |i|
+      Thread.new do
+        # Interrupts land only inside the :immediate block, so each one costs one cycle, not the thread.
+        Thread.handle_interrupt(RuntimeError => :never) do
+          ready << i
+          250.times do |n|
+            Thread.handle_interrupt(RuntimeError => :immediate) do
+              key = "chaos#{(i + n) % 3}"
+              n.even? ? locker.nonblocking_lock(key, timeout: 5) { Thread.pass } : locker.blocking_lock(key, timeout: 5) { Thread.pass }
+            end
+          rescue RuntimeError, LockManager::LockNotAcquired
+            hits << n
+          end
+        end
+      end
+    end
+    8.times { ready.pop }
+    chaos = Thread.new do
+      while workers.any?(&:alive?)
+        workers.sample.raise(RuntimeError, "chaos") rescue nil # rubocop:disable Style/RescueModifier
+        sleep rand * 0.002
+      end
+    end
+    workers.each(&:join)
+    chaos.join
+
+    expect(hits.size).to be > 20 # the chaos did reach the lock calls
+    expect(redis.keys("#{prefix}chaos*")).to eq([])
+    open, idle = locker.pool_state
+    expect(idle).to eq(open)
+    expect(locker.nonblocking_lock("after") { :usable }.result).to eq(:usable)
+  end
+end
