@@ -90,8 +90,8 @@ url = ENV.fetch("REDIS_URL") do
 end
 redis = Redis.new(url: url)
 puts "ruby:         #{RUBY_DESCRIPTION}"
-puts "redis-server: #{redis.info('server')['redis_version']} (#{ENV['REDIS_URL'] ? 'REDIS_URL' : 'throwaway'})"
-puts "date:         #{Time.now.strftime('%F %T %z')}"
+puts "redis-server: #{redis.info("server")["redis_version"]} (#{ENV["REDIS_URL"] ? "REDIS_URL" : "throwaway"})"
+puts "date:         #{Time.now.strftime("%F %T %z")}"
 puts "#{DURATION} s per measurement in #{ROUNDS} alternating rounds, after #{WARMUP} s of warm-up"
 redis.close
 
@@ -102,7 +102,7 @@ begin
   TARGETS.each_key do |threads|
     gem, baseline = compare(url, threads).values_at(:gem, :baseline)
     ratios[threads] = ops_per_second(gem) / ops_per_second(baseline)
-    puts row("nonblocking_lock, #{threads} thread#{'s' if threads > 1}",
+    puts row("nonblocking_lock, #{threads} thread#{"s" if threads > 1}",
              ops_per_second(gem), ops_per_second(baseline), "ops/s")
     next unless threads == 1
 
@@ -116,6 +116,6 @@ end
 puts
 TARGETS.each do |threads, target|
   verdict = ratios[threads] >= target ? "target met" : "target NOT met"
-  puts "#{threads} thread#{'s' if threads > 1}: gem/baseline #{ratios[threads].round(2)}x, " \
+  puts "#{threads} thread#{"s" if threads > 1}: gem/baseline #{ratios[threads].round(2)}x, " \
        "wanted >= #{target}x: #{verdict}"
 end

@@ -26,10 +26,10 @@ else
   File.write("Makefile", <<~MAKE)
     # Written by extconf.rb: builds the Rust crate with cargo (no rb_sys gem found).
     RUBY = #{RbConfig.ruby}
-    CARGO = #{ENV.fetch('CARGO', 'cargo')}
+    CARGO = #{ENV.fetch("CARGO", "cargo")}
     CRATE_DIR = #{crate_dir}
     TARGET_DIR = $(CURDIR)/target
-    sitearchdir = #{RbConfig::CONFIG['sitearchdir']}
+    sitearchdir = #{RbConfig::CONFIG["sitearchdir"]}
     DLLIB = lock_manager.#{dlext}
 
     all: $(DLLIB)

@@ -11,7 +11,10 @@ module LockManager
 
     # @return [String] the key as binary bytes (keys are bytes, not text)
     def key(key)
-      raise ArgumentError, "key must be a String or Symbol, got #{key.inspect}" unless key.is_a?(String) || key.is_a?(Symbol)
+      unless key.is_a?(String) || key.is_a?(Symbol)
+        raise ArgumentError,
+              "key must be a String or Symbol, got #{key.inspect}"
+      end
 
       bytes = key.to_s.b
       raise ArgumentError, "key must not be empty" if bytes.empty?
@@ -35,7 +38,10 @@ module LockManager
     end
 
     def positive_integer(value, name)
-      raise ArgumentError, "#{name} must be an Integer of at least 1, got #{value.inspect}" unless value.is_a?(Integer) && value >= 1
+      unless value.is_a?(Integer) && value >= 1
+        raise ArgumentError,
+              "#{name} must be an Integer of at least 1, got #{value.inspect}"
+      end
 
       value
     end
@@ -46,13 +52,13 @@ module LockManager
       value
     end
 
-    def redis_url(url)
-      raise ArgumentError, "redis_url must be a String" unless url.is_a?(String)
+    def redis_url(url, name = :redis_url)
+      raise ArgumentError, "#{name} must be a String" unless url.is_a?(String)
 
       scheme = url[/\A([a-z][a-z0-9+.-]*):/i, 1]&.downcase
       return url if REDIS_SCHEMES.include?(scheme)
 
-      raise ArgumentError, "redis_url must start with redis://, rediss:// or unix://, got #{redact(url).inspect}"
+      raise ArgumentError, "#{name} must start with redis://, rediss:// or unix://, got #{redact(url).inspect}"
     end
 
     # The URL with any password replaced: safe for messages, logs and #inspect.

@@ -37,23 +37,21 @@ module LockManager
     end
 
     def inspect
-      "#<#{self.class} #{to_h.map { |k, v| "#{k}=#{v.inspect}" }.join(' ')}>"
+      "#<#{self.class} #{to_h.map { |k, v| "#{k}=#{v.inspect}" }.join(" ")}>"
     end
+
+    # How each setting is checked (see Arguments).
+    CHECKS = {
+      redis_url: :redis_url, pool_size: :positive_integer, pool_timeout: :seconds, key_prefix: :string,
+      connect_timeout: :seconds, read_timeout: :seconds, retry_interval: :seconds
+    }.freeze
 
     # @return [Hash] the same options, checked
     def self.check(options)
       unknown = options.keys - SETTINGS
-      raise ArgumentError, "unknown option#{'s' if unknown.size > 1}: #{unknown.join(', ')}" if unknown.any?
+      raise ArgumentError, "unknown option#{"s" if unknown.size > 1}: #{unknown.join(", ")}" if unknown.any?
 
-      options.merge(
-        redis_url: Arguments.redis_url(options[:redis_url]),
-        pool_size: Arguments.positive_integer(options[:pool_size], :pool_size),
-        pool_timeout: Arguments.seconds(options[:pool_timeout], :pool_timeout),
-        key_prefix: Arguments.string(options[:key_prefix], :key_prefix),
-        connect_timeout: Arguments.seconds(options[:connect_timeout], :connect_timeout),
-        read_timeout: Arguments.seconds(options[:read_timeout], :read_timeout),
-        retry_interval: Arguments.seconds(options[:retry_interval], :retry_interval)
-      )
+      options.to_h { |name, value| [name, Arguments.public_send(CHECKS.fetch(name), value, name)] }
     end
   end
 end

@@ -13,8 +13,11 @@ module LockManager
     def initialize(key = nil, waited = nil)
       @key = key
       @waited = waited
-      super(waited ? "lock #{key.inspect} is held by another owner; gave up after #{format('%.3f', waited)}s" :
-                     "lock #{key.inspect} is held by another owner")
+      super(if waited
+              "lock #{key.inspect} is held by another owner; gave up after #{format("%.3f", waited)}s"
+            else
+              "lock #{key.inspect} is held by another owner"
+            end)
     end
   end
 

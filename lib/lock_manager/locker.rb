@@ -14,12 +14,11 @@ module LockManager
     class << self
       # A Locker with its own pool; options not given come from LockManager.config.
       def new(**options)
-        settings = Configuration.check(LockManager.config.locker_options.merge(options))
-        native_new(
-          settings[:redis_url], settings[:pool_size], settings[:pool_timeout].to_f,
-          settings[:connect_timeout].to_f, settings[:read_timeout].to_f,
-          settings[:retry_interval].to_f, settings[:key_prefix]
-        ).tap { |locker| locker.instance_variable_set(:@settings, settings.freeze) }
+        settings = Configuration.check(LockManager.config.locker_options.merge(options)).freeze
+        locker = native_new(*settings.values_at(:redis_url, :pool_size, :pool_timeout, :connect_timeout,
+                                                :read_timeout, :retry_interval, :key_prefix))
+        locker.instance_variable_set(:@settings, settings)
+        locker
       end
 
       # The shared Locker built from LockManager.config.
@@ -81,7 +80,7 @@ module LockManager
     end
 
     def inspect
-      "#<#{self.class} #{settings.map { |k, v| "#{k}=#{v.inspect}" }.join(' ')}>"
+      "#<#{self.class} #{settings.map { |k, v| "#{k}=#{v.inspect}" }.join(" ")}>"
     end
 
     private

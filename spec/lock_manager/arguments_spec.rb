@@ -8,10 +8,10 @@ require "spec_helper"
 RSpec.describe "Bad input" do
   let(:locker) { LockManager::Locker.new(redis_url: closed_url) }
 
-  BAD_KEYS = [nil, "", :"", 42, 1.5, [], {}, Object.new].freeze
-  BAD_TIMEOUTS = [0, -1, -0.5, 0.0, Float::NAN, Float::INFINITY, "30", nil, true, 2**70, Rational(1, 2)].freeze
+  bad_keys = [nil, "", :"", 42, 1.5, [], {}, Object.new].freeze
+  bad_timeouts = [0, -1, -0.5, 0.0, Float::NAN, Float::INFINITY, "30", nil, true, 2**70, Rational(1, 2)].freeze
 
-  BAD_KEYS.each do |key|
+  bad_keys.each do |key|
     it "rejects the key #{key.inspect} in every method" do
       calls = [
         -> { locker.nonblocking_lock(key) {} },
@@ -24,7 +24,7 @@ RSpec.describe "Bad input" do
     end
   end
 
-  BAD_TIMEOUTS.each do |timeout|
+  bad_timeouts.each do |timeout|
     it "rejects the timeout #{timeout.inspect}" do
       calls = [
         -> { locker.nonblocking_lock("k", timeout: timeout) {} },

@@ -109,7 +109,15 @@ RSpec.describe "Interrupts" do
           250.times do |n|
             Thread.handle_interrupt(RuntimeError => :immediate) do
               key = "chaos#{(i + n) % 3}"
-              n.even? ? locker.nonblocking_lock(key, timeout: 5) { Thread.pass } : locker.blocking_lock(key, timeout: 5) { Thread.pass }
+              if n.even?
+                locker.nonblocking_lock(key, timeout: 5) do
+                  Thread.pass
+                end
+              else
+                locker.blocking_lock(key, timeout: 5) do
+                  Thread.pass
+                end
+              end
             end
           rescue RuntimeError, LockManager::LockNotAcquired
             hits << n

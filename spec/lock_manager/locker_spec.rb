@@ -2,7 +2,7 @@
 
 require "spec_helper"
 
-UUID_V4 = /\A\h{8}-\h{4}-4\h{3}-[89ab]\h{3}-\h{12}\z/.freeze
+UUID_V4 = /\A\h{8}-\h{4}-4\h{3}-[89ab]\h{3}-\h{12}\z/
 
 RSpec.describe LockManager::Locker do
   let(:locker) { new_locker }

@@ -100,14 +100,17 @@ class RedisServer
       [%w[req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=lock_manager-test-ca -keyout ca.key -out ca.crt],
        %w[req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server.key -out server.csr],
        %w[x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext -out server.crt]]
-        .each { |args| system("openssl", *args, out: File::NULL, err: File::NULL) || raise("openssl #{args.first} failed") }
+        .each do |args|
+        system("openssl", *args, out: File::NULL,
+                                 err: File::NULL) || raise("openssl #{args.first} failed")
+      end
     end
   end
 
   def wait_until_ready
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
     begin
-      client.tap { |c| c.ping }.close
+      client.tap(&:ping).close
     rescue Redis::BaseConnectionError, Redis::CommandError
       raise "redis-server did not start on port #{port}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
 
