@@ -28,7 +28,10 @@ else
     RUBY = #{RbConfig.ruby}
     CARGO = #{ENV.fetch("CARGO", "cargo")}
     CRATE_DIR = #{crate_dir}
-    TARGET_DIR = $(CURDIR)/target
+    # CARGO_TARGET_DIR (to share compiled crates between builds) is kept; our own is removed
+    # after install, so an installed gem does not carry hundreds of MB of build output.
+    TARGET_DIR = #{ENV.fetch("CARGO_TARGET_DIR", "$(CURDIR)/target")}
+    OWN_TARGET = #{ENV.key?("CARGO_TARGET_DIR") ? "" : "$(CURDIR)/target"}
     sitearchdir = #{RbConfig::CONFIG["sitearchdir"]}
     DLLIB = lock_manager.#{dlext}
 
@@ -42,6 +45,7 @@ else
     \tmkdir -p $(DESTDIR)$(sitearchdir)/lock_manager
     \tcp $(DLLIB) $(DESTDIR)$(sitearchdir)/lock_manager/$(DLLIB).tmp
     \tmv $(DESTDIR)$(sitearchdir)/lock_manager/$(DLLIB).tmp $(DESTDIR)$(sitearchdir)/lock_manager/$(DLLIB)
+    \t$(if $(OWN_TARGET),rm -rf $(OWN_TARGET))
 
     clean:
     \trm -f $(DLLIB)

@@ -1,0 +1,260 @@
+//! The lock algorithm against a real redis-server that each test starts on a free port.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use lock_manager::{Interrupt, LockCore, LockError, LockSettings, PoolSettings};
+
+struct RedisServer {
+    child: Child,
+    port: u16,
+}
+
+impl RedisServer {
+    fn start() -> RedisServer {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH (bin/test installs it)");
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "redis-server did not start"
+            );
+            thread::sleep(Duration::from_millis(10));
+        }
+        RedisServer { child, port }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    fn client(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn core(url: &str, pool_size: u32) -> LockCore {
+    LockCore::new(LockSettings {
+        pool: PoolSettings {
+            redis_url: url.to_string(),
+            pool_size,
+            pool_timeout: Duration::from_millis(500),
+            connect_timeout: Duration::from_millis(500),
+            read_timeout: Duration::from_millis(500),
+        },
+        key_prefix: b"t:".to_vec(),
+        retry_interval: Duration::from_millis(20),
+    })
+    .unwrap()
+}
+
+fn never() -> Interrupt {
+    Interrupt::for_current_thread()
+}
+
+#[test]
+fn acquire_release_and_the_token_rules() {
+    let server = RedisServer::start();
+    let core = core(&server.url(), 2);
+    let mut redis = server.client();
+
+    assert!(core.try_acquire(b"k", "token-a", 10_000, &never()).unwrap());
+    assert!(!core.try_acquire(b"k", "token-b", 10_000, &never()).unwrap());
+    let stored: String = redis::cmd("GET").arg("t:k").query(&mut redis).unwrap();
+    assert_eq!(stored, "token-a");
+    let ttl: i64 = redis::cmd("PTTL").arg("t:k").query(&mut redis).unwrap();
+    assert!((9_000..=10_000).contains(&ttl));
+
+    assert!(core.owned(b"k", "token-a", &never()).unwrap());
+    assert!(!core.owned(b"k", "token-b", &never()).unwrap());
+    assert!(
+        !core.release(b"k", "token-b", &never()).unwrap(),
+        "another token must not release"
+    );
+    assert!(core.locked(b"k", &never()).unwrap());
+    assert!(core.refresh(b"k", "token-a", 60_000, &never()).unwrap());
+    assert!(!core.refresh(b"k", "token-b", 60_000, &never()).unwrap());
+    assert!(core.release(b"k", "token-a", &never()).unwrap());
+    assert!(!core.release(b"k", "token-a", &never()).unwrap());
+    assert!(!core.locked(b"k", &never()).unwrap());
+}
+
+#[test]
+fn an_expired_lock_taken_by_someone_else_is_never_released_by_the_first_owner() {
+    let server = RedisServer::start();
+    let core = core(&server.url(), 2);
+
+    assert!(core.try_acquire(b"k", "first", 50, &never()).unwrap());
+    thread::sleep(Duration::from_millis(80));
+    assert!(core.try_acquire(b"k", "second", 10_000, &never()).unwrap());
+    assert!(!core.release(b"k", "first", &never()).unwrap());
+    assert!(core.owned(b"k", "second", &never()).unwrap());
+}
+
+#[test]
+fn blocking_acquire_waits_for_a_release_and_gives_up_at_the_deadline() {
+    let server = RedisServer::start();
+    let core = std::sync::Arc::new(core(&server.url(), 4));
+    assert!(core.try_acquire(b"k", "holder", 10_000, &never()).unwrap());
+
+    let started = Instant::now();
+    let outcome = core.acquire_until(
+        b"k",
+        "waiter",
+        10_000,
+        started,
+        started + Duration::from_millis(200),
+        &never(),
+    );
+    let waited = started.elapsed();
+    assert!(
+        matches!(outcome, Err(LockError::NotAcquired { .. })),
+        "{outcome:?}"
+    );
+    assert!(
+        waited >= Duration::from_millis(200) && waited < Duration::from_millis(400),
+        "{waited:?}"
+    );
+
+    let releaser = {
+        let core = std::sync::Arc::clone(&core);
+        thread::spawn(move || {
+            thread::sleep(Duration::from_millis(100));
+            core.release(b"k", "holder", &never()).unwrap()
+        })
+    };
+    let started = Instant::now();
+    core.acquire_until(
+        b"k",
+        "waiter",
+        10_000,
+        started,
+        started + Duration::from_secs(5),
+        &never(),
+    )
+    .unwrap();
+    assert!(releaser.join().unwrap());
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(core.owned(b"k", "waiter", &never()).unwrap());
+}
+
+#[test]
+fn the_retry_path_accepts_its_own_token() {
+    let server = RedisServer::start();
+    let core = core(&server.url(), 1);
+    let mut admin = server.client();
+    assert!(core.try_acquire(b"k", "mine", 10_000, &never()).unwrap());
+    // Kill the pooled connection: the next call retries on a new one with the idempotent script.
+    let _: () = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut admin)
+        .unwrap();
+    assert!(
+        core.try_acquire(b"k", "mine", 10_000, &never()).unwrap(),
+        "re-sent acquire must not fail because of itself"
+    );
+    assert!(!core.try_acquire(b"k", "other", 10_000, &never()).unwrap());
+}
+
+#[test]
+fn binary_keys_round_trip() {
+    let server = RedisServer::start();
+    let core = core(&server.url(), 1);
+    let mut redis = server.client();
+    let key = b"\xff\x00{*}\"'";
+    assert!(core.try_acquire(key, "tok", 10_000, &never()).unwrap());
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg([b"t:".as_slice(), key].concat())
+        .query(&mut redis)
+        .unwrap();
+    assert_eq!(exists, 1);
+    assert!(core.release(key, "tok", &never()).unwrap());
+}
+
+#[test]
+fn an_unreachable_redis_is_a_connection_error_naming_host_and_port() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let core = core(&format!("redis://:secret@127.0.0.1:{port}/0"), 1);
+    let started = Instant::now();
+    let error = core.locked(b"k", &never()).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(1));
+    match &error {
+        LockError::Connection { addr, .. } => assert_eq!(addr, &format!("127.0.0.1:{port}")),
+        other => panic!("expected a connection error, got {other:?}"),
+    }
+    assert!(!error.to_string().contains("secret"));
+}
+
+#[test]
+fn a_redis_error_reply_is_a_server_error_and_keeps_the_connection() {
+    let server = RedisServer::start();
+    let core = core(&server.url(), 1);
+    let mut redis = server.client();
+    let _: () = redis::cmd("HSET")
+        .arg("t:hash")
+        .arg("f")
+        .arg("v")
+        .query(&mut redis)
+        .unwrap();
+    let error = core.owned(b"hash", "tok", &never()).unwrap_err();
+    assert!(
+        matches!(&error, LockError::Server { reply, .. } if reply.contains("WRONGTYPE")),
+        "{error:?}"
+    );
+    assert!(!core.locked(b"other", &never()).unwrap());
+    assert_eq!(core.pool().state(), (1, 1));
+}
+
+#[test]
+fn an_unparseable_url_is_an_argument_error() {
+    let result = LockCore::new(LockSettings {
+        pool: PoolSettings {
+            redis_url: "redis://127.0.0.1:notaport".into(),
+            pool_size: 1,
+            pool_timeout: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(1),
+            read_timeout: Duration::from_secs(1),
+        },
+        key_prefix: vec![],
+        retry_interval: Duration::from_millis(10),
+    });
+    assert!(matches!(result, Err(LockError::Argument(_))));
+}
