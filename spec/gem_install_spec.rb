@@ -27,8 +27,8 @@ RSpec.describe "The packaged gem" do
       ruby = RbConfig.ruby
       gem = [ruby, "-S", "gem"]
 
-      run!(env, *gem, "build", File.join(root, "lock_manager.gemspec"), "--output", File.join(dir, "lm.gem"),
-           chdir: root)
+      package = File.join(dir, "lm.gem")
+      run!(env, *gem, "build", File.join(root, "lock_manager.gemspec"), "--output", package, chdir: root)
       run!(env, *gem, "install", "--local", "--no-document", package, chdir: dir)
       script = <<~RUBY
         require "lock_manager"

@@ -68,12 +68,7 @@ RSpec.describe "Connections and the pool" do
     l = locker(connect_timeout: 0.5)
     l.locked?("k")
     server.stop
-    error = nil
-    took = elapsed do
-      l.nonblocking_lock("MyWorker") {}
-    rescue LockManager::ConnectionError => e
-      error = e
-    end
+    error, took = timed_error(LockManager::ConnectionError) { l.nonblocking_lock("MyWorker") {} }
 
     expect(error.message).to include('"MyWorker"', "127.0.0.1:#{server.port}")
     expect(took).to be < 1.5
@@ -116,12 +111,7 @@ RSpec.describe "Connections and the pool" do
     expect(l.pool_state).to eq([1, 1])
     timed_out_id = gem_client_ids.first
     pause_server
-    error = nil
-    took = elapsed do
-      l.locked?("k")
-    rescue LockManager::ConnectionError => e
-      error = e
-    end
+    error, took = timed_error(LockManager::ConnectionError) { l.locked?("k") }
     server.resume
 
     expect(error.message).to include("127.0.0.1:#{server.port}").and match(/read_timeout|connect_timeout/)
@@ -139,12 +129,7 @@ RSpec.describe "Connections and the pool" do
     pause_server
     busy = Thread.new { l.locked?("k") rescue $ERROR_INFO } # rubocop:disable Style/RescueModifier
     sleep 0.1
-    error = nil
-    took = elapsed do
-      l.locked?("k")
-    rescue LockManager::PoolTimeout => e
-      error = e
-    end
+    error, took = timed_error(LockManager::PoolTimeout) { l.locked?("k") }
     server.resume
     busy.join
 

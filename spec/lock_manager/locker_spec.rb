@@ -128,11 +128,8 @@ RSpec.describe LockManager::Locker do
 
     it "raises LockNotAcquired with the key and the seconds waited, never sleeping past the deadline" do
       locker.try_lock("job", timeout: 30)
-      error = nil
-      took = elapsed do
+      error, took = timed_error(LockManager::LockNotAcquired) do
         locker.blocking_lock("job", timeout: 0.5) { raise "must not run" }
-      rescue LockManager::LockNotAcquired => e
-        error = e
       end
 
       expect(error.key).to eq("job")

@@ -29,6 +29,16 @@ module SpecHelpers
     monotonic - started
   end
 
+  # @return [Array(Exception, Float)] the error the block raised (it must raise `error_class`)
+  #   and how long it took to raise it
+  def timed_error(error_class)
+    started = monotonic
+    yield
+    raise "expected #{error_class}, nothing was raised"
+  rescue error_class => e
+    [e, monotonic - started]
+  end
+
   # Waits (bounded) until the block is truthy.
   def eventually(timeout: 5, interval: 0.01)
     deadline = monotonic + timeout
