@@ -39,6 +39,15 @@ RSpec.describe "Connections and the pool" do
     expect(l.pool_state).to eq([1, 1])
   end
 
+  it "shares its connector threads between all Lockers of the process" do
+    threads = -> { Dir.children("/proc/self/task").size }
+    locker.locked?("k") # the process's connector threads exist from here on
+    before = threads.call
+    lockers = Array.new(10) { locker }
+    lockers.each { |l| l.locked?("k") }
+    expect(threads.call).to eq(before)
+  end
+
   it "costs exactly one SET and one EVALSHA per lock cycle: no PING on checkout, no SCRIPT LOAD" do
     l = locker(pool_size: 2)
     l.nonblocking_lock("warm-up") {}

@@ -13,12 +13,16 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwapOption;
 use r2d2::ManageConnection;
 use redis::{ConnectionAddr, IntoConnectionInfo, RedisError};
+use scheduled_thread_pool::ScheduledThreadPool;
 
 use crate::error::LockError;
 use crate::gvl::Interrupt;
 
 /// How often a waiting checkout looks at its interrupt flag.
 const CHECKOUT_SLICE: Duration = Duration::from_millis(10);
+
+/// Threads that open connections for every pool of the process (r2d2 would start 3 per pool).
+const CONNECTOR_THREADS: usize = 2;
 
 #[derive(Clone, Debug)]
 pub struct PoolSettings {
@@ -275,12 +279,35 @@ fn build(settings: &PoolSettings, client: &redis::Client) -> ProcessPool {
         // themselves on use and are replaced then.
         .test_on_check_out(false)
         .error_handler(Box::new(r2d2::NopErrorHandler))
+        .thread_pool(connector_threads())
         .build_unchecked(manager);
     ProcessPool {
         pid: std::process::id(),
         pool,
         health,
     }
+}
+
+/// The process's connector threads; a forked child starts its own (threads do not survive fork).
+fn connector_threads() -> Arc<ScheduledThreadPool> {
+    static CONNECTORS: ArcSwapOption<(u32, Arc<ScheduledThreadPool>)> =
+        ArcSwapOption::const_empty();
+    let pid = std::process::id();
+    if let Some(current) = CONNECTORS.load_full().filter(|current| current.0 == pid) {
+        return Arc::clone(&current.1);
+    }
+    let fresh = Arc::new(
+        ScheduledThreadPool::builder()
+            .num_threads(CONNECTOR_THREADS)
+            .thread_name_pattern("lock_manager-connect-{}")
+            .build(),
+    );
+    let previous = CONNECTORS.swap(Some(Arc::new((pid, Arc::clone(&fresh)))));
+    // The parent's threads are gone here; dropping its pool would wait on their mutex.
+    if let Some(previous) = previous.filter(|previous| previous.0 != pid) {
+        std::mem::forget(previous);
+    }
+    fresh
 }
 
 fn last_failure(health: &Health) -> String {
