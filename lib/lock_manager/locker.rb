@@ -26,33 +26,35 @@ module LockManager
         LockManager.locker
       end
 
-      def nonblocking_lock(key, timeout: DEFAULT_TIMEOUT, &block)
-        instance.nonblocking_lock(key, timeout: timeout, &block)
+      def nonblocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, &block)
+        instance.nonblocking_lock(key, timeout: timeout, limit: limit, &block)
       end
 
-      def blocking_lock(key, timeout: DEFAULT_TIMEOUT, &block)
-        instance.blocking_lock(key, timeout: timeout, &block)
+      def blocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, &block)
+        instance.blocking_lock(key, timeout: timeout, limit: limit, &block)
       end
 
       private :native_new
     end
 
     # Runs the block only if the lock is free right now.
-    # @return [Result] run? is false (and the block skipped) when someone else holds the lock
-    def nonblocking_lock(key, timeout: DEFAULT_TIMEOUT)
-      key, ttl = lock_arguments(key, timeout) { block_given? }
+    # @param limit [Integer] how many callers may hold the key at once (1: a plain lock)
+    # @return [Result] run? is false (and the block skipped) when the lock is taken
+    def nonblocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1)
+      arguments = lock_arguments(key, timeout, limit) { block_given? }
       value = nil
-      ran = native_synchronize(key, ttl, nil) { value = yield }
+      ran = native_synchronize(*arguments) { value = yield }
       Result.new(ran, value)
     end
 
     # Waits up to `timeout` seconds for the lock, then runs the block.
+    # @param limit [Integer] how many callers may hold the key at once (1: a plain lock)
     # @return the block's value
-    # @raise [LockNotAcquired] when the lock stays held for the whole wait
-    def blocking_lock(key, timeout: DEFAULT_TIMEOUT)
-      key, ttl = lock_arguments(key, timeout) { block_given? }
+    # @raise [LockNotAcquired] when the lock stays taken for the whole wait
+    def blocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1)
+      key, ttl, _, limit = lock_arguments(key, timeout, limit) { block_given? }
       value = nil
-      native_synchronize(key, ttl, timeout.to_f) { value = yield }
+      native_synchronize(key, ttl, timeout.to_f, limit) { value = yield }
       value
     end
 
@@ -85,10 +87,11 @@ module LockManager
 
     private
 
-    def lock_arguments(key, timeout)
+    # @return [Array] what native_synchronize takes: key bytes, TTL in ms, wait (nil), limit
+    def lock_arguments(key, timeout, limit)
       raise ArgumentError, "a block is required" unless yield
 
-      [Arguments.key(key), Arguments.milliseconds(timeout, :timeout)]
+      [Arguments.key(key), Arguments.milliseconds(timeout, :timeout), nil, Arguments.positive_integer(limit, :limit)]
     end
   end
 end

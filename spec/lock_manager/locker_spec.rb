@@ -166,6 +166,62 @@ RSpec.describe LockManager::Locker do
     end
   end
 
+  describe "limit: N holders per key" do
+    it "admits up to `limit` blocks at once and skips the next" do
+      inside = Queue.new
+      release = Queue.new
+      holders = Array.new(3) do
+        Thread.new { locker.nonblocking_lock("pool", limit: 3) { (inside << 1) && release.pop } }
+      end
+      3.times { inside.pop }
+
+      fourth = locker.nonblocking_lock("pool", limit: 3) { :never }
+      3.times { release << true }
+      results = holders.map(&:value)
+
+      expect(fourth.run?).to be(false)
+      expect(results.map(&:run?)).to all(be(true))
+      expect(redis.exists?("#{prefix}pool")).to be(false)
+    end
+
+    it "never lets more than `limit` blocking callers in at once" do
+      inside = 0
+      most_inside = 0
+      guard = Mutex.new
+      Array.new(6) do
+        Thread.new do
+          3.times do
+            locker.blocking_lock("pool", limit: 2, timeout: 10) do
+              guard.synchronize { most_inside = [most_inside, inside += 1].max }
+              sleep 0.02
+              guard.synchronize { inside -= 1 }
+            end
+          end
+        end
+      end.each(&:join)
+
+      expect(most_inside).to eq(2)
+    end
+
+    it "frees the slot of a holder that expired, without touching the others" do
+      short = locker.nonblocking_lock("pool", limit: 2, timeout: 0.1) do
+        locker.nonblocking_lock("pool", limit: 2, timeout: 30) do
+          sleep 0.2
+          locker.nonblocking_lock("pool", limit: 2) { :took_the_expired_slot }.result
+        end.result
+      end
+      expect(short.result).to eq(:took_the_expired_slot)
+    end
+
+    it "rejects a limit that is not a positive Integer, before reaching Redis" do
+      unreachable = LockManager::Locker.new(redis_url: closed_url)
+      [0, -1, 1.5, "2", nil].each do |limit|
+        expect { unreachable.nonblocking_lock("k", limit: limit) {} }.to raise_error(ArgumentError, /limit/)
+        expect { unreachable.blocking_lock("k", limit: limit) {} }.to raise_error(ArgumentError, /limit/)
+      end
+    end
+  end
+
   describe "lock handles" do
     it "try_lock returns a Lock whose token holds the key, or nil when held" do
       lock = locker.try_lock("job", timeout: 30)

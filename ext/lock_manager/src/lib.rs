@@ -24,7 +24,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     class.define_singleton_method("native_new", function!(locker::Locker::build, 7))?;
     class.define_method(
         "native_synchronize",
-        method!(locker::Locker::synchronize, 3),
+        method!(locker::Locker::synchronize, 4),
     )?;
     class.define_method(
         "native_try_acquire",

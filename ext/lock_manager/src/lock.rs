@@ -7,7 +7,7 @@ use redis::RedisError;
 use crate::error::LockError;
 use crate::gvl::Interrupt;
 use crate::pool::{is_signalled, Pool, PoolSettings, STRAY_SIGNAL_RETRIES};
-use crate::scripts::{ACQUIRE, REFRESH, RELEASE};
+use crate::scripts::{ACQUIRE, ACQUIRE_SHARED, REFRESH, RELEASE};
 use crate::wait::Backoff;
 
 pub struct LockSettings {
@@ -54,20 +54,31 @@ impl LockCore {
         [self.key_prefix.as_slice(), key].concat()
     }
 
-    /// One attempt, one round trip: true when `token` now holds the lock for `ttl_ms`.
+    /// One attempt, one round trip: true when `token` now holds the lock for `ttl_ms`, as one
+    /// of at most `limit` holders (1: the plain lock).
     pub fn try_acquire(
         &self,
         key: &[u8],
         token: &str,
         ttl_ms: u64,
+        limit: u32,
         interrupt: &Interrupt,
     ) -> Result<bool, LockError> {
         let redis_key = self.redis_key(key);
         let ttl = ttl_ms.to_string();
+        let limit_arg = limit.to_string();
         let mut sent = false;
         let acquired = self.round_trip(interrupt, |conn, attempt| {
             sent = true;
-            if attempt == 0 {
+            if limit > 1 {
+                ACQUIRE_SHARED
+                    .run::<i64>(
+                        conn,
+                        &redis_key,
+                        &[token.as_bytes(), ttl.as_bytes(), limit_arg.as_bytes()],
+                    )
+                    .map(|taken| taken == 1)
+            } else if attempt == 0 {
                 redis::cmd("SET")
                     .arg(&redis_key)
                     .arg(token)
@@ -85,25 +96,27 @@ impl LockCore {
         });
         if sent && acquired == Err(LockError::Interrupted) {
             // The SET may have landed just as the interrupt came: never leave that lock behind.
-            let _ = self.release(key, token, &Interrupt::for_current_thread());
+            let _ = self.release(key, token, limit, &Interrupt::for_current_thread());
         }
         acquired
     }
 
     /// Retries with backoff until `token` holds the lock or `deadline` passes. `started` is when
     /// the caller began waiting, for the `waited` figure of `NotAcquired`.
+    #[allow(clippy::too_many_arguments)]
     pub fn acquire_until(
         &self,
         key: &[u8],
         token: &str,
         ttl_ms: u64,
+        limit: u32,
         started: Instant,
         deadline: Instant,
         interrupt: &Interrupt,
     ) -> Result<(), LockError> {
         let mut backoff = Backoff::new(self.retry_interval);
         loop {
-            if self.try_acquire(key, token, ttl_ms, interrupt)? {
+            if self.try_acquire(key, token, ttl_ms, limit, interrupt)? {
                 return Ok(());
             }
             let now = Instant::now();
@@ -116,18 +129,26 @@ impl LockCore {
         }
     }
 
-    /// Deletes the lock if `token` still holds it; false when it expired or changed hands.
+    /// Deletes the lock (or this holder's slot, for `limit` > 1) if `token` still holds it;
+    /// false when it expired or changed hands.
     pub fn release(
         &self,
         key: &[u8],
         token: &str,
+        limit: u32,
         interrupt: &Interrupt,
     ) -> Result<bool, LockError> {
         let redis_key = self.redis_key(key);
         self.round_trip(interrupt, |conn, _| {
-            RELEASE
-                .run::<i64>(conn, &redis_key, &[token.as_bytes()])
-                .map(|deleted| deleted == 1)
+            if limit > 1 {
+                redis::cmd("ZREM")
+                    .arg(&redis_key)
+                    .arg(token)
+                    .query::<i64>(conn)
+            } else {
+                RELEASE.run::<i64>(conn, &redis_key, &[token.as_bytes()])
+            }
+            .map(|deleted| deleted == 1)
         })
     }
 

@@ -60,25 +60,28 @@ impl Locker {
             .map_err(|e| ruby_errors::to_ruby_unkeyed(ruby, e))
     }
 
-    /// Runs the block while holding the lock; false when it was held (and `wait` is nil) .
+    /// Runs the block while holding the lock, as one of at most `limit` holders (1: the plain
+    /// lock); false when the lock was taken and `wait` is nil.
     pub fn synchronize(
         ruby: &Ruby,
         rb_self: &Self,
         key: RString,
         ttl_ms: u64,
         wait: Option<f64>,
+        limit: u32,
     ) -> Result<bool, Error> {
         let core = &rb_self.core;
         let key_bytes = copy_bytes(key);
         let token = new_token();
+        let limit = limit.max(1);
         let acquired = match wait {
             None => blocking(ruby, key, |i| {
-                core.try_acquire(&key_bytes, &token, ttl_ms, i)
+                core.try_acquire(&key_bytes, &token, ttl_ms, limit, i)
             })?,
             Some(seconds) => {
                 let (started, deadline) = deadline_after(seconds);
                 blocking(ruby, key, |i| {
-                    core.acquire_until(&key_bytes, &token, ttl_ms, started, deadline, i)
+                    core.acquire_until(&key_bytes, &token, ttl_ms, limit, started, deadline, i)
                 })?;
                 true
             }
@@ -87,7 +90,8 @@ impl Locker {
             return Ok(false);
         }
         let outcome = ruby.yield_value::<(), Value>(());
-        let released = gvl::without_gvl_to_completion(|i| core.release(&key_bytes, &token, i));
+        let released =
+            gvl::without_gvl_to_completion(|i| core.release(&key_bytes, &token, limit, i));
         report_release(ruby, key, released);
         outcome.map(|_| true)
     }
@@ -103,7 +107,7 @@ impl Locker {
         let key_bytes = copy_bytes(key);
         let token = new_token();
         let acquired = blocking(ruby, key, |i| {
-            core.try_acquire(&key_bytes, &token, ttl_ms, i)
+            core.try_acquire(&key_bytes, &token, ttl_ms, 1, i)
         })?;
         if !acquired {
             return Ok(None);
@@ -124,7 +128,7 @@ impl Locker {
         let token = new_token();
         let (started, deadline) = deadline_after(wait);
         blocking(ruby, key, |i| {
-            core.acquire_until(&key_bytes, &token, ttl_ms, started, deadline, i)
+            core.acquire_until(&key_bytes, &token, ttl_ms, 1, started, deadline, i)
         })?;
         hand_over(ruby, core, &key_bytes, token)
     }
@@ -136,7 +140,9 @@ impl Locker {
         token: String,
     ) -> Result<bool, Error> {
         let key_bytes = copy_bytes(key);
-        blocking(ruby, key, |i| rb_self.core.release(&key_bytes, &token, i))
+        blocking(ruby, key, |i| {
+            rb_self.core.release(&key_bytes, &token, 1, i)
+        })
     }
 
     pub fn refresh(
@@ -188,7 +194,7 @@ fn blocking<R>(
 /// then the lock is released first, so it is not leaked by the exception.
 fn hand_over(ruby: &Ruby, core: &LockCore, key: &[u8], token: String) -> Result<String, Error> {
     if let Err(interrupt) = ruby.thread_check_ints() {
-        let _ = gvl::without_gvl_to_completion(|i| core.release(key, &token, i));
+        let _ = gvl::without_gvl_to_completion(|i| core.release(key, &token, 1, i));
         return Err(interrupt);
     }
     Ok(token)

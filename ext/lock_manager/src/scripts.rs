@@ -85,3 +85,25 @@ return 0
 ",
     )
 });
+
+/// Admits ARGV[1] (token) as one of at most ARGV[3] holders of the semaphore KEYS[1] for
+/// ARGV[2] ms. Holders are members of a sorted set scored by their expiry in Redis time, so an
+/// expired holder frees its slot without touching the others; a token already admitted is
+/// renewed (a re-sent acquire must not fail because of itself). The key itself expires with its
+/// last holder.
+pub static ACQUIRE_SHARED: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(
+        r"
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  redis.call('PEXPIREAT', KEYS[1], last[2])
+  return 1
+end
+return 0
+",
+    )
+});

@@ -88,8 +88,12 @@ fn acquire_release_and_the_token_rules() {
     let core = core(&server.url(), 2);
     let mut redis = server.client();
 
-    assert!(core.try_acquire(b"k", "token-a", 10_000, &never()).unwrap());
-    assert!(!core.try_acquire(b"k", "token-b", 10_000, &never()).unwrap());
+    assert!(core
+        .try_acquire(b"k", "token-a", 10_000, 1, &never())
+        .unwrap());
+    assert!(!core
+        .try_acquire(b"k", "token-b", 10_000, 1, &never())
+        .unwrap());
     let stored: String = redis::cmd("GET").arg("t:k").query(&mut redis).unwrap();
     assert_eq!(stored, "token-a");
     let ttl: i64 = redis::cmd("PTTL").arg("t:k").query(&mut redis).unwrap();
@@ -98,14 +102,14 @@ fn acquire_release_and_the_token_rules() {
     assert!(core.owned(b"k", "token-a", &never()).unwrap());
     assert!(!core.owned(b"k", "token-b", &never()).unwrap());
     assert!(
-        !core.release(b"k", "token-b", &never()).unwrap(),
+        !core.release(b"k", "token-b", 1, &never()).unwrap(),
         "another token must not release"
     );
     assert!(core.locked(b"k", &never()).unwrap());
     assert!(core.refresh(b"k", "token-a", 60_000, &never()).unwrap());
     assert!(!core.refresh(b"k", "token-b", 60_000, &never()).unwrap());
-    assert!(core.release(b"k", "token-a", &never()).unwrap());
-    assert!(!core.release(b"k", "token-a", &never()).unwrap());
+    assert!(core.release(b"k", "token-a", 1, &never()).unwrap());
+    assert!(!core.release(b"k", "token-a", 1, &never()).unwrap());
     assert!(!core.locked(b"k", &never()).unwrap());
 }
 
@@ -114,10 +118,12 @@ fn an_expired_lock_taken_by_someone_else_is_never_released_by_the_first_owner() 
     let server = RedisServer::start();
     let core = core(&server.url(), 2);
 
-    assert!(core.try_acquire(b"k", "first", 50, &never()).unwrap());
+    assert!(core.try_acquire(b"k", "first", 50, 1, &never()).unwrap());
     thread::sleep(Duration::from_millis(80));
-    assert!(core.try_acquire(b"k", "second", 10_000, &never()).unwrap());
-    assert!(!core.release(b"k", "first", &never()).unwrap());
+    assert!(core
+        .try_acquire(b"k", "second", 10_000, 1, &never())
+        .unwrap());
+    assert!(!core.release(b"k", "first", 1, &never()).unwrap());
     assert!(core.owned(b"k", "second", &never()).unwrap());
 }
 
@@ -125,13 +131,16 @@ fn an_expired_lock_taken_by_someone_else_is_never_released_by_the_first_owner() 
 fn blocking_acquire_waits_for_a_release_and_gives_up_at_the_deadline() {
     let server = RedisServer::start();
     let core = std::sync::Arc::new(core(&server.url(), 4));
-    assert!(core.try_acquire(b"k", "holder", 10_000, &never()).unwrap());
+    assert!(core
+        .try_acquire(b"k", "holder", 10_000, 1, &never())
+        .unwrap());
 
     let started = Instant::now();
     let outcome = core.acquire_until(
         b"k",
         "waiter",
         10_000,
+        1,
         started,
         started + Duration::from_millis(200),
         &never(),
@@ -150,7 +159,7 @@ fn blocking_acquire_waits_for_a_release_and_gives_up_at_the_deadline() {
         let core = std::sync::Arc::clone(&core);
         thread::spawn(move || {
             thread::sleep(Duration::from_millis(100));
-            core.release(b"k", "holder", &never()).unwrap()
+            core.release(b"k", "holder", 1, &never()).unwrap()
         })
     };
     let started = Instant::now();
@@ -158,6 +167,7 @@ fn blocking_acquire_waits_for_a_release_and_gives_up_at_the_deadline() {
         b"k",
         "waiter",
         10_000,
+        1,
         started,
         started + Duration::from_secs(5),
         &never(),
@@ -173,7 +183,7 @@ fn the_retry_path_accepts_its_own_token() {
     let server = RedisServer::start();
     let core = core(&server.url(), 1);
     let mut admin = server.client();
-    assert!(core.try_acquire(b"k", "mine", 10_000, &never()).unwrap());
+    assert!(core.try_acquire(b"k", "mine", 10_000, 1, &never()).unwrap());
     // Kill the pooled connection: the next call retries on a new one with the idempotent script.
     let _: () = redis::cmd("CLIENT")
         .arg("KILL")
@@ -184,10 +194,12 @@ fn the_retry_path_accepts_its_own_token() {
         .query(&mut admin)
         .unwrap();
     assert!(
-        core.try_acquire(b"k", "mine", 10_000, &never()).unwrap(),
+        core.try_acquire(b"k", "mine", 10_000, 1, &never()).unwrap(),
         "re-sent acquire must not fail because of itself"
     );
-    assert!(!core.try_acquire(b"k", "other", 10_000, &never()).unwrap());
+    assert!(!core
+        .try_acquire(b"k", "other", 10_000, 1, &never())
+        .unwrap());
 }
 
 #[test]
@@ -196,13 +208,13 @@ fn binary_keys_round_trip() {
     let core = core(&server.url(), 1);
     let mut redis = server.client();
     let key = b"\xff\x00{*}\"'";
-    assert!(core.try_acquire(key, "tok", 10_000, &never()).unwrap());
+    assert!(core.try_acquire(key, "tok", 10_000, 1, &never()).unwrap());
     let exists: i64 = redis::cmd("EXISTS")
         .arg([b"t:".as_slice(), key].concat())
         .query(&mut redis)
         .unwrap();
     assert_eq!(exists, 1);
-    assert!(core.release(key, "tok", &never()).unwrap());
+    assert!(core.release(key, "tok", 1, &never()).unwrap());
 }
 
 #[test]
@@ -257,4 +269,63 @@ fn an_unparseable_url_is_an_argument_error() {
         retry_interval: Duration::from_millis(10),
     });
     assert!(matches!(result, Err(LockError::Argument(_))));
+}
+
+#[test]
+fn a_semaphore_admits_limit_holders_each_with_its_own_expiry() {
+    let server = RedisServer::start();
+    let core = core(&server.url(), 2);
+    let mut redis = server.client();
+
+    assert!(core.try_acquire(b"s", "short", 100, 3, &never()).unwrap());
+    assert!(core
+        .try_acquire(b"s", "long-a", 10_000, 3, &never())
+        .unwrap());
+    assert!(core
+        .try_acquire(b"s", "long-b", 10_000, 3, &never())
+        .unwrap());
+    assert!(!core
+        .try_acquire(b"s", "fourth", 10_000, 3, &never())
+        .unwrap());
+    // A re-sent acquire of an admitted token succeeds (it only renews that holder).
+    assert!(core
+        .try_acquire(b"s", "long-a", 10_000, 3, &never())
+        .unwrap());
+
+    thread::sleep(Duration::from_millis(150));
+    // The expired holder's slot is free; the two others are untouched.
+    assert!(core
+        .try_acquire(b"s", "fourth", 10_000, 3, &never())
+        .unwrap());
+    let holders: Vec<String> = redis::cmd("ZRANGE")
+        .arg("t:s")
+        .arg(0)
+        .arg(-1)
+        .query(&mut redis)
+        .unwrap();
+    let mut holders = holders;
+    holders.sort();
+    assert_eq!(holders, ["fourth", "long-a", "long-b"]);
+    let pttl: i64 = redis::cmd("PTTL").arg("t:s").query(&mut redis).unwrap();
+    assert!(
+        (9_000..=10_000).contains(&pttl),
+        "the key lives as long as its last holder: {pttl}"
+    );
+
+    assert!(core.release(b"s", "long-a", 3, &never()).unwrap());
+    assert!(!core.release(b"s", "long-a", 3, &never()).unwrap());
+    assert!(core
+        .try_acquire(b"s", "fifth", 10_000, 3, &never())
+        .unwrap());
+}
+
+#[test]
+fn a_semaphore_key_vanishes_with_its_last_holder() {
+    let server = RedisServer::start();
+    let core = core(&server.url(), 1);
+    let mut redis = server.client();
+    assert!(core.try_acquire(b"s", "a", 80, 2, &never()).unwrap());
+    thread::sleep(Duration::from_millis(120));
+    let exists: i64 = redis::cmd("EXISTS").arg("t:s").query(&mut redis).unwrap();
+    assert_eq!(exists, 0);
 }

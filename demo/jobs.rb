@@ -1,0 +1,85 @@
+# frozen_string_literal: true
+
+# The seed's Sidekiq jobs, written with lock_with. Loaded by `sidekiq -r` (see bin/demo and
+# spec/sidekiq); each job records what it did in Redis, so whoever enqueued it can check.
+
+require "json"
+require_relative "../lib/lock_manager/worker"
+
+Redis.silence_deprecations = true # redis 4.8 warns about calls Sidekiq 6.4 makes
+
+LockManager.configure do |c|
+  c.redis_url = ENV.fetch("REDIS_URL")
+  c.key_prefix = ENV.fetch("LOCK_PREFIX", "lock:")
+end
+Sidekiq.configure_server { |config| config.redis = { url: ENV.fetch("REDIS_URL") } }
+Sidekiq.configure_client { |config| config.redis = { url: ENV.fetch("REDIS_URL") } }
+
+# Where jobs record their timeline: a Redis list of JSON events.
+module Timeline
+  KEY = ENV.fetch("TIMELINE_KEY", "lock_manager:timeline")
+
+  def self.record(job, event)
+    entry = { "at" => Time.now.to_f, "class" => job["class"], "jid" => job["jid"], "args" => job["args"],
+              "event" => event }
+    Sidekiq.redis { |redis| redis.rpush(KEY, JSON.generate(entry)) }
+  end
+
+  # Outermost server middleware: "start" and "done" for every job, "skipped" when the lock
+  # middleware inside did not let it run.
+  class Recorder
+    def call(_job_instance, job, _queue)
+      Timeline.record(job, "start")
+      Thread.current[:lock_manager_ran] = false
+      yield
+      Timeline.record(job, Thread.current[:lock_manager_ran] ? "done" : "skipped")
+    end
+  end
+end
+
+Sidekiq.configure_server do |config|
+  config.server_middleware { |chain| chain.prepend(Timeline::Recorder) }
+end
+
+# Shared by the jobs below: mark the run, work, record the result.
+module RecordedWork
+  def work(seconds, result, args)
+    Thread.current[:lock_manager_ran] = true
+    Timeline.record({ "class" => self.class.name, "jid" => jid, "args" => args }, "working")
+    sleep seconds
+    Timeline.record({ "class" => self.class.name, "jid" => jid, "args" => args }, result)
+  end
+end
+
+# The seed's worker: five calls while the first sleeps, one result.
+class MyWorker
+  include LockManager::Worker
+  include RecordedWork
+  lock_with :nonblocking
+
+  def perform(seconds = 1.5)
+    work(seconds, "MyWorker result", [seconds])
+  end
+end
+
+# The seed's second story: the same lock, blocking; all run, one after another.
+class MyBlockingWorker
+  include LockManager::Worker
+  include RecordedWork
+  lock_with :blocking, key: "MyWorker", timeout: 30
+
+  def perform(seconds = 1.5)
+    work(seconds, "MyWorker result", [seconds])
+  end
+end
+
+# Seed 003: locked around an ID, so different users run in parallel.
+class UserWorker
+  include LockManager::Worker
+  include RecordedWork
+  lock_with :nonblocking, key: ->(user_id, *) { "user:#{user_id}" }
+
+  def perform(user_id, seconds = 1.5)
+    work(seconds, "user #{user_id} processed", [user_id, seconds])
+  end
+end
