@@ -3,8 +3,8 @@
 # The seed's Sidekiq jobs, written with lock_with. Loaded by `sidekiq -r` (see bin/demo and
 # spec/sidekiq); each job records what it did in Redis, so whoever enqueued it can check.
 
-require "json"
 require_relative "../lib/lock_manager/worker"
+require_relative "timeline"
 
 Redis.silence_deprecations = true # redis 4.8 warns about calls Sidekiq 6.4 makes
 
@@ -15,39 +15,29 @@ end
 Sidekiq.configure_server { |config| config.redis = { url: ENV.fetch("REDIS_URL") } }
 Sidekiq.configure_client { |config| config.redis = { url: ENV.fetch("REDIS_URL") } }
 
-# Where jobs record their timeline: a Redis list of JSON events.
-module Timeline
-  KEY = ENV.fetch("TIMELINE_KEY", "lock_manager:timeline")
-
-  def self.record(job, event)
-    entry = { "at" => Time.now.to_f, "class" => job["class"], "jid" => job["jid"], "args" => job["args"],
-              "event" => event }
-    Sidekiq.redis { |redis| redis.rpush(KEY, JSON.generate(entry)) }
-  end
-
-  # Outermost server middleware: "start" and "done" for every job, "skipped" when the lock
-  # middleware inside did not let it run.
-  class Recorder
-    def call(_job_instance, job, _queue)
-      Timeline.record(job, "start")
-      Thread.current[:lock_manager_ran] = false
-      yield
-      Timeline.record(job, Thread.current[:lock_manager_ran] ? "done" : "skipped")
-    end
+# Outermost server middleware: "start" and "done" for every job, "skipped" when the lock
+# middleware inside did not let it run.
+class TimelineRecorder
+  def call(_job_instance, job, _queue)
+    Sidekiq.redis { |redis| Timeline.record(redis, job, "start") }
+    Thread.current[:lock_manager_ran] = false
+    yield
+    Sidekiq.redis { |redis| Timeline.record(redis, job, Thread.current[:lock_manager_ran] ? "done" : "skipped") }
   end
 end
 
 Sidekiq.configure_server do |config|
-  config.server_middleware { |chain| chain.prepend(Timeline::Recorder) }
+  config.server_middleware { |chain| chain.prepend(TimelineRecorder) }
 end
 
 # Shared by the jobs below: mark the run, work, record the result.
 module RecordedWork
   def work(seconds, result, args)
     Thread.current[:lock_manager_ran] = true
-    Timeline.record({ "class" => self.class.name, "jid" => jid, "args" => args }, "working")
+    job = { "class" => self.class.name, "jid" => jid, "args" => args }
+    Sidekiq.redis { |redis| Timeline.record(redis, job, "working") }
     sleep seconds
-    Timeline.record({ "class" => self.class.name, "jid" => jid, "args" => args }, result)
+    Sidekiq.redis { |redis| Timeline.record(redis, job, result) }
   end
 end
 

@@ -4,6 +4,7 @@ require "spec_helper"
 require "json"
 require "sidekiq/api"
 require_relative "../support/sidekiq_process"
+require_relative "../../demo/timeline"
 
 # A real Sidekiq process (sidekiq -r spec/support/sidekiq_jobs.rb, concurrency 5) on a private
 # redis-server. Jobs are pushed by class name, as another service would; every assertion reads
@@ -34,7 +35,7 @@ RSpec.describe "Sidekiq end to end" do
   end
 
   def events(klass = nil)
-    all = admin.lrange(@timeline, 0, -1).map { |line| JSON.parse(line) }
+    all = Timeline.read(admin, @timeline)
     klass ? all.select { |e| e["class"] == klass } : all
   end
 
@@ -43,20 +44,12 @@ RSpec.describe "Sidekiq end to end" do
     events(klass)
   end
 
-  # [start, finish] of each job's work, from its "working" and result events.
-  def work_intervals(klass, result_pattern)
-    by_jid = events(klass).group_by { |e| e["jid"] }
-    by_jid.values.filter_map do |list|
-      working = list.find { |e| e["event"] == "working" }
-      finished = list.find { |e| e["event"].match?(result_pattern) }
-      [working["at"], finished["at"]] if working && finished
-    end
+  def work_intervals(klass, finished)
+    Timeline.work_intervals(events(klass), finished)
   end
 
   def most_at_once(intervals)
-    intervals.flat_map { |from, to| [[from, 1], [to, -1]] }.sort.reduce([0, 0]) do |(now, most), (_, step)|
-      [now + step, [most, now + step].max]
-    end.last
+    Timeline.most_at_once(intervals)
   end
 
   it "the seed's story: 5 nonblocking jobs while the first works, exactly one result" do

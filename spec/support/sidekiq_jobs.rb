@@ -35,8 +35,8 @@ class LimitedWorker
   include RecordedWork
   lock_with :blocking, key: "limited", limit: 2, timeout: 30
 
-  def perform(n)
-    work(0.4, "limited #{n}", [n])
+  def perform(number)
+    work(0.4, "limited #{number}", [number])
   end
 end
 
@@ -46,7 +46,7 @@ class LongBlockingWorker
   include RecordedWork
   lock_with :blocking, key: "shutdown", timeout: 60
 
-  def perform(n)
-    work(30, "long #{n}", [n])
+  def perform(number)
+    work(30, "long #{number}", [number])
   end
 end

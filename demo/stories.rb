@@ -1,0 +1,111 @@
+# frozen_string_literal: true
+
+# bin/demo: boots a real Sidekiq process (sidekiq -r demo/jobs.rb, concurrency 5) and replays the
+# seed's stories against it, reading back what the jobs recorded in Redis:
+#   1. five MyWorker (nonblocking) jobs while the first works: exactly one "MyWorker result";
+#   2. three MyBlockingWorker jobs: three results, one after another;
+#   3. UserWorker for users 1, 2, 1: users 1 and 2 in parallel, the second job for user 1 skipped.
+# Prints a timeline and one verdict per story; exits 0 only if every story behaved.
+
+require "securerandom"
+require "sidekiq/api"
+require_relative "../lib/lock_manager/worker"
+require_relative "../spec/support/redis_server"
+require_relative "../spec/support/sidekiq_process"
+require_relative "timeline"
+
+Redis.silence_deprecations = true
+$stdout.sync = true
+
+def start_redis
+  return ENV.fetch("REDIS_URL") if ENV.key?("REDIS_URL")
+
+  server = RedisServer.new.start
+  at_exit { server.shutdown }
+  server.url
+end
+
+url = start_redis
+run_id = SecureRandom.hex(4)
+TIMELINE = "lock_manager_demo:#{run_id}:timeline".freeze
+env = { "REDIS_URL" => url, "LOCK_PREFIX" => "lock_manager_demo:#{run_id}:", "TIMELINE_KEY" => TIMELINE }
+Sidekiq.configure_client { |config| config.redis = { url: url } }
+REDIS = Redis.new(url: url)
+
+print "Booting Sidekiq #{Sidekiq::VERSION} (concurrency 5) against #{LockManager::Arguments.redact(url)}... "
+SIDEKIQ = SidekiqProcess.new(app: File.expand_path("jobs.rb", __dir__), env: env).start
+at_exit { SIDEKIQ.stop }
+puts "ready", ""
+
+def push(klass, *args)
+  Sidekiq::Client.push("class" => klass, "args" => args)
+end
+
+def events_of(jids)
+  Timeline.read(REDIS, TIMELINE).select { |e| jids.include?(e["jid"]) }
+end
+
+# Waits (30 s at most) until each job has finished, done or skipped.
+def wait_for(jids)
+  deadline = Time.now + 30
+  sleep 0.1 until finished?(jids) || Time.now > deadline
+end
+
+def finished?(jids)
+  events_of(jids).count { |e| %w[done skipped].include?(e["event"]) } == jids.size
+end
+
+# Prints the story's timeline once its jobs have finished; returns their events.
+def play(title, started, jids)
+  wait_for(jids)
+  puts title
+  events_of(jids).each { |e| print_event(e, started) }
+  events_of(jids)
+end
+
+def print_event(entry, started)
+  event = entry["event"] == "working" ? "got the lock, working" : entry["event"]
+  label = "#{entry["class"]}(#{entry["args"].join(", ")}) #{entry["jid"][0, 6]}"
+  puts format("  %<at>6.2fs  %<label>-34s %<event>s", at: entry["at"] - started, label: label, event: event)
+end
+
+def verdict(passed, text)
+  puts "  #{passed ? "PASS" : "FAIL"}: #{text}", ""
+  passed
+end
+
+verdicts = []
+
+started = Time.now.to_f
+jids = [push("MyWorker", 1.5)]
+sleep 0.1 until events_of(jids).any? { |e| e["event"] == "working" }
+4.times do
+  sleep 0.1
+  jids << push("MyWorker", 1.5)
+end
+events = play("Story 1: five MyWorker jobs (lock_with :nonblocking) while the first works 1.5 s", started, jids)
+results = events.count { |e| e["event"] == "MyWorker result" }
+skipped = events.count { |e| e["event"] == "skipped" }
+verdicts << verdict(results == 1 && skipped == 4, "#{results} MyWorker result, #{skipped} skipped (want 1 and 4)")
+
+started = Time.now.to_f
+jids = Array.new(3) { push("MyBlockingWorker", 1.5) }
+events = play("Story 2: three MyBlockingWorker jobs (lock_with :blocking, key: \"MyWorker\")", started, jids)
+intervals = Timeline.work_intervals(events, /result/)
+at_once = Timeline.most_at_once(intervals)
+verdicts << verdict(intervals.size == 3 && at_once == 1,
+                    "#{intervals.size} results, at most #{at_once} running at once (want 3 and 1)")
+
+started = Time.now.to_f
+jids = [push("UserWorker", 1, 1.5), push("UserWorker", 2, 1.5), push("UserWorker", 1, 1.5)]
+events = play("Story 3: UserWorker for users 1, 2, 1 (lock_with key: ->(user_id, *) { \"user:\#{user_id}\" })",
+              started, jids)
+processed = events.select { |e| e["event"].end_with?("processed") }.map { |e| e["args"].first }.sort
+skipped = events.select { |e| e["event"] == "skipped" }.map { |e| e["args"].first }
+parallel = Timeline.most_at_once(Timeline.work_intervals(events, /processed/))
+verdicts << verdict(processed == [1, 2] && skipped == [1] && parallel == 2,
+                    "users #{processed.join(" and ")} processed #{parallel == 2 ? "in parallel" : "one by one"}, " \
+                    "skipped: user #{skipped.join(", ")} (want 1 and 2 in parallel, user 1 skipped)")
+
+puts verdicts.all? ? "All stories behaved." : "Some stories misbehaved."
+exit(verdicts.all? ? 0 : 1)

@@ -1,0 +1,234 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "open3"
+require "sidekiq/api"
+require "lock_manager/worker"
+require "lock_manager/lockable"
+
+# The DSL and the middleware in this process; spec/sidekiq/ runs them in a real Sidekiq.
+RSpec.describe LockManager::Worker do
+  def job_class(name = "TestJob", &body)
+    Class.new do
+      include LockManager::Worker
+      define_singleton_method(:name) { name }
+      class_eval(&body) if body
+      def perform(*); end
+    end
+  end
+
+  describe "lock_with" do
+    it "makes the class a Sidekiq job, once" do
+      klass = job_class
+      expect(klass.ancestors).to include(Sidekiq::Worker)
+      already = Class.new do
+        include Sidekiq::Worker
+        include LockManager::Worker
+      end
+      expect(already.ancestors.count(Sidekiq::Worker)).to eq(1)
+    end
+
+    it "stores JSON-safe options under the Sidekiq option lock_manager, and keeps a Proc key on the class" do
+      key = ->(user_id, *) { "user:#{user_id}" }
+      klass = job_class { lock_with :nonblocking, key: key, timeout: 12, on_conflict: :reschedule, reschedule_in: 3 }
+
+      expect(klass.get_sidekiq_options["lock_manager"]).to eq(
+        "mode" => "nonblocking", "timeout" => 12, "limit" => 1, "on_conflict" => "reschedule", "reschedule_in" => 3
+      )
+      stored = klass.get_sidekiq_options["lock_manager"]
+      expect(JSON.parse(JSON.generate(stored))).to eq(stored)
+      expect(klass.lock_manager_key).to equal(key)
+      expect(klass.get_sidekiq_options).not_to have_key("lock")
+    end
+
+    it "keeps String keys in the options, and :class as no key at all" do
+      expect(job_class { lock_with :blocking, key: "fixed" }.get_sidekiq_options["lock_manager"])
+        .to eq("mode" => "blocking", "key" => "fixed", "timeout" => 30, "limit" => 1)
+      expect(job_class { lock_with key: :class }.get_sidekiq_options["lock_manager"]).not_to have_key("key")
+    end
+
+    it "is inherited by subclasses, Proc key included" do
+      parent = job_class { lock_with key: ->(id) { "p:#{id}" } }
+      child = Class.new(parent)
+      expect(child.get_sidekiq_options["lock_manager"]["mode"]).to eq("nonblocking")
+      expect(child.lock_manager_key.call(3)).to eq("p:3")
+    end
+
+    {
+      [:sometimes, {}] => /mode/,
+      [:nonblocking, { key: 42 }] => /key/,
+      [:nonblocking, { key: "" }] => /key/,
+      [:nonblocking, { key: [] }] => /key/,
+      [:nonblocking, { timeout: 0 }] => /timeout/,
+      [:nonblocking, { timeout: "30" }] => /timeout/,
+      [:nonblocking, { timeout: Float::INFINITY }] => /timeout/,
+      [:nonblocking, { on_conflict: :wait }] => /on_conflict/,
+      [:blocking, { on_conflict: :skip }] => /on_conflict/,
+      [:nonblocking, { reschedule_in: -1 }] => /reschedule_in/,
+      [:nonblocking, { limit: 0 }] => /limit/,
+      [:nonblocking, { limit: 2.5 }] => /limit/,
+      [:nonblocking, { ttl: 5 }] => /ttl/
+    }.each do |(mode, options), message|
+      it "raises ArgumentError at class load for #{mode.inspect} #{options.inspect}, naming the option" do
+        expect { job_class { lock_with mode, **options } }.to raise_error(ArgumentError, message)
+      end
+    end
+  end
+
+  describe LockManager::Sidekiq::ServerMiddleware do
+    let(:middleware) { described_class.new }
+    let(:log) { StringIO.new }
+
+    before do
+      LockManager.configure do |c|
+        c.redis_url = redis_url
+        c.key_prefix = prefix
+      end
+      Sidekiq.configure_client { |config| config.redis = { url: redis_url } }
+      @sidekiq_logger = Sidekiq.logger
+      Sidekiq.logger = Logger.new(log)
+    end
+
+    after { Sidekiq.logger = @sidekiq_logger }
+
+    def job_hash(klass, *args, **extra)
+      { "class" => klass.name, "jid" => SecureRandom.hex(12), "args" => args, "queue" => "default" }
+        .merge(klass.get_sidekiq_options).merge(extra.transform_keys(&:to_s))
+    end
+
+    def run(klass, job)
+      ran = false
+      middleware.call(klass.new, job, "default") { ran = true }
+      ran
+    end
+
+    it "passes jobs without lock_with through untouched, without reaching Redis" do
+      LockManager.configure { |c| c.redis_url = closed_url }
+      plain = Class.new do
+        include Sidekiq::Worker
+        def self.name = "PlainJob"
+      end
+      expect(run(plain, { "class" => "PlainJob", "args" => [] })).to be(true)
+    end
+
+    it "runs the job under a lock on the class name by default" do
+      klass = job_class("KeyedByClass") { lock_with :nonblocking }
+      seen = nil
+      middleware.call(klass.new, job_hash(klass), "default") { seen = redis.exists?("#{prefix}KeyedByClass") }
+      expect(seen).to be(true)
+      expect(redis.exists?("#{prefix}KeyedByClass")).to be(false)
+    end
+
+    it "keys on a Proc over the job's arguments" do
+      klass = job_class { lock_with key: ->(user_id, *) { "user:#{user_id}" } }
+      seen = nil
+      middleware.call(klass.new, job_hash(klass, 42, "x"), "default") { seen = redis.keys("#{prefix}*") }
+      expect(seen).to eq(["#{prefix}user:42"])
+    end
+
+    it "skips a job whose lock is held, logging one line with class, jid and key" do
+      klass = job_class("SkipJob") { lock_with key: "busy" }
+      LockManager::Locker.instance.try_lock("busy")
+      job = job_hash(klass)
+
+      expect(run(klass, job)).to be(false)
+      expect(log.string.lines.grep(/lock_manager/).size).to eq(1)
+      expect(log.string).to include("SkipJob", job["jid"], '"busy"')
+    end
+
+    it "reschedules a job whose lock is held: same arguments, later, with jitter" do
+      klass = job_class("LaterJob") { lock_with key: "busy", on_conflict: :reschedule, reschedule_in: 60 }
+      LockManager::Locker.instance.try_lock("busy")
+      before = Time.now.to_f
+      expect(run(klass, job_hash(klass, 1, "two"))).to be(false)
+
+      entry = Sidekiq::ScheduledSet.new.find { |e| e.klass == "LaterJob" }
+      expect(entry.args).to eq([1, "two"])
+      expect(entry.at.to_f - before).to be_between(60, 75.5)
+      entry.delete
+    end
+
+    it "raises LockNotAcquired (for Sidekiq's retry) with on_conflict: :raise" do
+      klass = job_class { lock_with key: "busy", on_conflict: :raise }
+      LockManager::Locker.instance.try_lock("busy")
+      expect { run(klass, job_hash(klass)) }.to raise_error(LockManager::LockNotAcquired) { |e|
+                                                  expect(e.key).to eq("busy")
+                                                }
+    end
+
+    it ":blocking waits for the lock, then raises LockNotAcquired after timeout" do
+      klass = job_class { lock_with :blocking, key: "busy", timeout: 0.3 }
+      holder = LockManager::Locker.instance.try_lock("busy")
+      Thread.new { sleep(0.1) && holder.release }
+      expect(run(klass, job_hash(klass))).to be(true)
+
+      LockManager::Locker.instance.try_lock("busy")
+      expect { run(klass, job_hash(klass)) }.to raise_error(LockManager::LockNotAcquired)
+    end
+
+    it "lets set(lock_manager: ...) at enqueue time override the class's options" do
+      klass = job_class { lock_with key: "class-key" }
+      LockManager::Locker.instance.try_lock("class-key")
+      expect(run(klass, job_hash(klass, lock_manager: { "key" => "other-key" }))).to be(true)
+      expect { run(klass, job_hash(klass, lock_manager: { "on_conflict" => "nope" })) }
+        .to raise_error(ArgumentError, /on_conflict/)
+    end
+
+    it "admits `limit` jobs at once" do
+      klass = job_class { lock_with key: "pool", limit: 2 }
+      inner = nil
+      middleware.call(klass.new, job_hash(klass), "default") do
+        middleware.call(klass.new, job_hash(klass), "default") { inner = run(klass, job_hash(klass)) }
+      end
+      expect(inner).to be(false)
+    end
+
+    it "is registered once in a Sidekiq server by require \"lock_manager/sidekiq\"" do
+      script = <<~RUBY
+        require "sidekiq/cli" # what makes Sidekiq.server? true, as in a real server process
+        require "lock_manager/sidekiq"
+        LockManager::Sidekiq.install
+        puts Sidekiq.server_middleware.entries.map(&:klass).inspect
+      RUBY
+      output, status = Open3.capture2e(RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__), "-e", script)
+      expect(status).to be_success, output
+      expect(output.lines.last.strip).to eq("[LockManager::Sidekiq::ServerMiddleware]")
+    end
+  end
+
+  describe LockManager::Lockable do
+    let(:controller) { Class.new { include LockManager::Lockable }.new }
+
+    before do
+      LockManager.configure do |c|
+        c.redis_url = redis_url
+        c.key_prefix = prefix
+      end
+    end
+
+    it "yields :locked, and :skipped while someone else holds the lock, releasing only its own" do
+      statuses = []
+      controller.with_lock("lesson:1", ttl: 10) do |status|
+        statuses << status
+        controller.with_lock("lesson:1") { |inner| statuses << inner }
+        expect(redis.exists?("#{prefix}semaphore_lock:lesson:1")).to be(true)
+      end
+
+      expect(statuses).to eq(%i[locked skipped])
+      expect(redis.exists?("#{prefix}semaphore_lock:lesson:1")).to be(false)
+    end
+
+    it "returns the block's value and uses its namespace" do
+      value = controller.with_lock("x", namespace: "orders") { redis.keys("#{prefix}*") }
+      expect(value).to eq(["#{prefix}orders:x"])
+    end
+
+    it "expires by ttl and never deletes the next holder's lock" do
+      controller.with_lock("slow", ttl: 0.1) do
+        sleep 0.2
+        expect(controller.with_lock("slow", ttl: 30) { |status| status }).to eq(:locked)
+      end
+      expect(redis.exists?("#{prefix}semaphore_lock:slow")).to be(false) # the inner one released its own
+    end
+  end
+end
