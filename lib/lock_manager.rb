@@ -12,6 +12,12 @@ require_relative "lock_manager/locker"
 
 # Distributed locks on Redis, with a Rust core.
 module LockManager
+  # Loaded on first use: only Sidekiq apps need Sidekiq, only Rails apps the helper.
+  autoload :JobOptions, "lock_manager/job_options"
+  autoload :Lockable, "lock_manager/lockable"
+  autoload :Sidekiq, "lock_manager/sidekiq"
+  autoload :Worker, "lock_manager/worker"
+
   @config = Configuration.new
   @locker = nil
   @locker_mutex = Mutex.new

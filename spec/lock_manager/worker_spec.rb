@@ -17,6 +17,13 @@ RSpec.describe LockManager::Worker do
     end
   end
 
+  it "is available after a plain require \"lock_manager\", as Bundler.require does in Rails" do
+    script = 'require "lock_manager"; puts [LockManager::Worker, LockManager::Lockable].inspect'
+    output, status = Open3.capture2e(RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__), "-e", script)
+    expect(status).to be_success, output
+    expect(output.strip).to eq("[LockManager::Worker, LockManager::Lockable]")
+  end
+
   describe "lock_with" do
     it "makes the class a Sidekiq job, once" do
       klass = job_class
