@@ -59,10 +59,7 @@ RSpec.describe "fork" do
   end
 
   it "uses the shared class-level Locker in a forked child" do
-    LockManager.configure do |c|
-      c.redis_url = redis_url
-      c.key_prefix = prefix
-    end
+    configure_shared_locker!
     LockManager::Locker.nonblocking_lock("warm") {}
     pid = fork { exit!(LockManager::Locker.nonblocking_lock("child") { 7 }.result == 7 ? 0 : 1) }
     expect(Process.wait2(pid).last).to be_success

@@ -277,12 +277,7 @@ RSpec.describe LockManager::Locker do
   end
 
   describe "class-level API" do
-    before do
-      LockManager.configure do |c|
-        c.redis_url = redis_url
-        c.key_prefix = prefix
-      end
-    end
+    before { configure_shared_locker! }
 
     it "uses one shared Locker built from LockManager.config" do
       expect(described_class.instance).to equal(LockManager.locker)

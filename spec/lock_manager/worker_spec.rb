@@ -87,10 +87,7 @@ RSpec.describe LockManager::Worker do
     let(:log) { StringIO.new }
 
     before do
-      LockManager.configure do |c|
-        c.redis_url = redis_url
-        c.key_prefix = prefix
-      end
+      configure_shared_locker!
       Sidekiq.configure_client { |config| config.redis = { url: redis_url } }
       @sidekiq_logger = Sidekiq.logger
       Sidekiq.logger = Logger.new(log)
@@ -206,12 +203,7 @@ RSpec.describe LockManager::Worker do
   describe LockManager::Lockable do
     let(:controller) { Class.new { include LockManager::Lockable }.new }
 
-    before do
-      LockManager.configure do |c|
-        c.redis_url = redis_url
-        c.key_prefix = prefix
-      end
-    end
+    before { configure_shared_locker! }
 
     it "yields :locked, and :skipped while someone else holds the lock, releasing only its own" do
       statuses = []
