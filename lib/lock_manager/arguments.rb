@@ -22,8 +22,10 @@ module LockManager
       bytes
     end
 
+    # @param value [Integer, Float, ActiveSupport::Duration] (Rails' `10.seconds` works too)
     # @return [Numeric] a positive, finite number of seconds
     def seconds(value, name)
+      value = value.to_f if duration?(value)
       unless (value.is_a?(Integer) || value.is_a?(Float)) && value.positive? && value.finite?
         raise ArgumentError, "#{name} must be a positive, finite number of seconds, got #{value.inspect}"
       end
@@ -35,6 +37,11 @@ module LockManager
     # @return [Integer] whole milliseconds, at least 1
     def milliseconds(value, name)
       [(seconds(value, name) * 1000).ceil, 1].max
+    end
+
+    # ActiveSupport::Duration, recognised without depending on ActiveSupport.
+    def duration?(value)
+      defined?(ActiveSupport::Duration) && value.is_a?(ActiveSupport::Duration)
     end
 
     def positive_integer(value, name)

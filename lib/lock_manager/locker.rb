@@ -54,7 +54,7 @@ module LockManager
     def blocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1)
       key, ttl, _, limit = lock_arguments(key, timeout, limit) { block_given? }
       value = nil
-      native_synchronize(key, ttl, timeout.to_f, limit) { value = yield }
+      native_synchronize(key, ttl, ttl / 1000.0, limit) { value = yield }
       value
     end
 
@@ -69,7 +69,8 @@ module LockManager
     # @raise [LockNotAcquired] when the lock stays held for `timeout` seconds
     def lock(key, timeout: DEFAULT_TIMEOUT)
       key = Arguments.key(key)
-      Lock.new(self, key, native_acquire(key, Arguments.milliseconds(timeout, :timeout), timeout.to_f))
+      ttl = Arguments.milliseconds(timeout, :timeout)
+      Lock.new(self, key, native_acquire(key, ttl, ttl / 1000.0))
     end
 
     # @return [Boolean] true if anyone holds the lock

@@ -222,6 +222,27 @@ RSpec.describe LockManager::Worker do
       expect(value).to eq(["#{prefix}orders:x"])
     end
 
+    it "takes Rails durations (ttl: 10.seconds), as the seed's helper does" do
+      key = "#{prefix}semaphore_lock:rails"
+      script = <<~RUBY
+        require "json"
+        require "active_support"
+        require "active_support/core_ext/numeric/time"
+        require "lock_manager"
+        LockManager.configure { |c| c.redis_url = #{redis_url.inspect}; c.key_prefix = #{prefix.inspect} }
+        helper = Class.new { include LockManager::Lockable }.new
+        ttl = helper.with_lock("rails", ttl: 10.seconds) { Redis.new(url: #{redis_url.inspect}).pttl(#{key.inspect}) }
+        waited = LockManager::Locker.blocking_lock("rails", timeout: 2.seconds) { "ran" }
+        puts JSON.generate([ttl, waited])
+      RUBY
+      lib = File.expand_path("../../lib", __dir__)
+      output, status = Open3.capture2e(RbConfig.ruby, "-I", lib, "-r", "redis", "-e", script)
+      expect(status).to be_success, output
+      ttl, waited = JSON.parse(output.lines.last)
+      expect(ttl).to be_between(9_000, 10_000)
+      expect(waited).to eq("ran")
+    end
+
     it "expires by ttl and never deletes the next holder's lock" do
       controller.with_lock("slow", ttl: 0.1) do
         sleep 0.2
