@@ -53,6 +53,12 @@ module LockManager
       value
     end
 
+    def boolean(value, name)
+      raise ArgumentError, "#{name} must be true or false, got #{value.inspect}" unless [true, false].include?(value)
+
+      value
+    end
+
     def string(value, name)
       raise ArgumentError, "#{name} must be a String, got #{value.inspect}" unless value.is_a?(String)
 

@@ -17,6 +17,7 @@ module LockManager
         settings = Configuration.check(LockManager.config.locker_options.merge(options)).freeze
         locker = native_new(*settings.values_at(:redis_url, :pool_size, :pool_timeout, :connect_timeout,
                                                 :read_timeout, :retry_interval, :key_prefix))
+        # `fair` is a Ruby-side default: the native Locker takes it per call.
         locker.instance_variable_set(:@settings, settings)
         locker
       end
@@ -30,8 +31,8 @@ module LockManager
         instance.nonblocking_lock(key, timeout: timeout, limit: limit, &block)
       end
 
-      def blocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, &block)
-        instance.blocking_lock(key, timeout: timeout, limit: limit, &block)
+      def blocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, fair: instance.fair?, &block)
+        instance.blocking_lock(key, timeout: timeout, limit: limit, fair: fair, &block)
       end
 
       private :native_new
@@ -41,20 +42,22 @@ module LockManager
     # @param limit [Integer] how many callers may hold the key at once (1: a plain lock)
     # @return [Result] run? is false (and the block skipped) when the lock is taken
     def nonblocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1)
-      arguments = lock_arguments(key, timeout, limit) { block_given? }
+      key, ttl, limit = lock_arguments(key, timeout, limit) { block_given? }
       value = nil
-      ran = native_synchronize(*arguments) { value = yield }
+      ran = native_synchronize(key, ttl, nil, limit, false) { value = yield }
       Result.new(ran, value)
     end
 
-    # Waits up to `timeout` seconds for the lock, then runs the block.
+    # Waits up to `timeout` seconds for the lock, then runs the block. The wait is woken by the
+    # release (in any process), or when the holder's TTL runs out; it does not poll.
     # @param limit [Integer] how many callers may hold the key at once (1: a plain lock)
+    # @param fair [Boolean] waiters take the lock in arrival order, across threads and processes
     # @return the block's value
     # @raise [LockNotAcquired] when the lock stays taken for the whole wait
-    def blocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1)
-      key, ttl, _, limit = lock_arguments(key, timeout, limit) { block_given? }
+    def blocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, fair: fair?)
+      key, ttl, limit = lock_arguments(key, timeout, limit) { block_given? }
       value = nil
-      native_synchronize(key, ttl, ttl / 1000.0, limit) { value = yield }
+      native_synchronize(key, ttl, ttl / 1000.0, limit, Arguments.boolean(fair, :fair)) { value = yield }
       value
     end
 
@@ -67,10 +70,15 @@ module LockManager
 
     # @return [Lock]
     # @raise [LockNotAcquired] when the lock stays held for `timeout` seconds
-    def lock(key, timeout: DEFAULT_TIMEOUT)
+    def lock(key, timeout: DEFAULT_TIMEOUT, fair: fair?)
       key = Arguments.key(key)
       ttl = Arguments.milliseconds(timeout, :timeout)
-      Lock.new(self, key, native_acquire(key, ttl, ttl / 1000.0))
+      Lock.new(self, key, native_acquire(key, ttl, ttl / 1000.0, Arguments.boolean(fair, :fair)))
+    end
+
+    # @return [Boolean] whether blocking waits are fair unless told otherwise
+    def fair?
+      @settings[:fair]
     end
 
     # @return [Boolean] true if anyone holds the lock
@@ -88,11 +96,11 @@ module LockManager
 
     private
 
-    # @return [Array] what native_synchronize takes: key bytes, TTL in ms, wait (nil), limit
+    # @return [Array] key bytes, TTL in ms, limit
     def lock_arguments(key, timeout, limit)
       raise ArgumentError, "a block is required" unless yield
 
-      [Arguments.key(key), Arguments.milliseconds(timeout, :timeout), nil, Arguments.positive_integer(limit, :limit)]
+      [Arguments.key(key), Arguments.milliseconds(timeout, :timeout), Arguments.positive_integer(limit, :limit)]
     end
   end
 end

@@ -8,18 +8,35 @@
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::error::LockError;
 
 /// The interrupt flag of one GVL-free call. Ruby's unblocking function raises it; the code
-/// running without the GVL polls it between steps, and waits on it instead of sleeping.
+/// running without the GVL polls it between steps, and waits on it instead of sleeping. A
+/// waiter can also be woken early (a lock was released) through its `Waker`.
 pub struct Interrupt {
     raised: AtomicBool,
-    sleeping: Mutex<()>,
-    wake: Condvar,
+    waker: Arc<Waker>,
     thread: libc::pthread_t,
+}
+
+/// Wakes a thread sleeping in `Interrupt::sleep_until`, from another thread.
+#[derive(Default)]
+pub struct Waker {
+    woken: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Waker {
+    /// Ends the current (or next) sleep of the thread early; it then re-checks what it waits for.
+    pub fn wake(&self) {
+        if let Ok(mut woken) = self.woken.lock() {
+            *woken = true;
+        }
+        self.wake.notify_all();
+    }
 }
 
 impl Interrupt {
@@ -27,8 +44,7 @@ impl Interrupt {
     pub fn for_current_thread() -> Self {
         Interrupt {
             raised: AtomicBool::new(false),
-            sleeping: Mutex::new(()),
-            wake: Condvar::new(),
+            waker: Arc::new(Waker::default()),
             thread: unsafe { libc::pthread_self() },
         }
     }
@@ -46,21 +62,25 @@ impl Interrupt {
         }
     }
 
-    /// Sleeps until `until`, returning early with `Interrupted` when Ruby interrupts the thread.
+    /// What other threads use to end this thread's sleep early.
+    pub fn waker(&self) -> &Arc<Waker> {
+        &self.waker
+    }
+
+    /// Sleeps until `until`, or until woken (`Ok`), or interrupted by Ruby (`Err(Interrupted)`).
+    /// A wake-up that came before the sleep ends it at once: none is lost.
     pub fn sleep_until(&self, until: Instant) -> Result<(), LockError> {
-        let mut guard = self
-            .sleeping
-            .lock()
-            .map_err(|_| LockError::Internal("interrupt mutex poisoned".into()))?;
+        let poisoned = || LockError::Internal("waker mutex poisoned".into());
+        let mut woken = self.waker.woken.lock().map_err(|_| poisoned())?;
         loop {
             self.check()?;
             let now = Instant::now();
-            if now >= until {
+            if std::mem::take(&mut *woken) || now >= until {
                 return Ok(());
             }
-            guard = match self.wake.wait_timeout(guard, until - now) {
+            woken = match self.waker.wake.wait_timeout(woken, until - now) {
                 Ok((guard, _)) => guard,
-                Err(_) => return Err(LockError::Internal("interrupt mutex poisoned".into())),
+                Err(_) => return Err(poisoned()),
             };
         }
     }
@@ -73,8 +93,8 @@ impl Interrupt {
     fn raise(&self) {
         self.raised.store(true, Ordering::Release);
         // Taking the mutex orders this notify after a sleeper's flag check: no lost wake-up.
-        drop(self.sleeping.lock());
-        self.wake.notify_all();
+        drop(self.waker.woken.lock());
+        self.waker.wake.notify_all();
         // A thread blocked in recv() on a Redis socket only wakes for a signal. Ruby itself
         // uses SIGVTALRM, with a no-op handler installed without SA_RESTART, for this.
         if wake_signal_is_handled() {

@@ -7,11 +7,12 @@ mod locker;
 mod pool;
 mod ruby_errors;
 mod scripts;
+mod subscriber;
 mod wait;
 
 pub use error::LockError;
 pub use gvl::Interrupt;
-pub use lock::{LockCore, LockSettings};
+pub use lock::{Claim, LockCore, LockSettings};
 pub use pool::PoolSettings;
 
 use magnus::{function, method, prelude::*, Error, Ruby};
@@ -24,13 +25,13 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     class.define_singleton_method("native_new", function!(locker::Locker::build, 7))?;
     class.define_method(
         "native_synchronize",
-        method!(locker::Locker::synchronize, 4),
+        method!(locker::Locker::synchronize, 5),
     )?;
     class.define_method(
         "native_try_acquire",
         method!(locker::Locker::try_acquire, 2),
     )?;
-    class.define_method("native_acquire", method!(locker::Locker::acquire, 3))?;
+    class.define_method("native_acquire", method!(locker::Locker::acquire, 4))?;
     class.define_method("native_release", method!(locker::Locker::release, 2))?;
     class.define_method("native_refresh", method!(locker::Locker::refresh, 3))?;
     class.define_method("native_owned", method!(locker::Locker::owned, 2))?;

@@ -1,14 +1,16 @@
-//! The lock algorithm: SET NX PX with a unique token to acquire, compare-and-delete to release.
+//! The lock algorithm: SET NX PX with a unique token to acquire, a compare-and-delete that
+//! hands the lock to the next queued waiter to release, and event-driven waiting.
 
 use std::time::{Duration, Instant};
 
-use redis::RedisError;
+use redis::{RedisError, Value};
 
 use crate::error::LockError;
 use crate::gvl::Interrupt;
 use crate::pool::{is_signalled, Pool, PoolSettings, STRAY_SIGNAL_RETRIES};
-use crate::scripts::{ACQUIRE, ACQUIRE_SHARED, REFRESH, RELEASE};
-use crate::wait::Backoff;
+use crate::scripts::{ACQUIRE, ACQUIRE_SHARED, LEAVE, REFRESH, RELEASE, RELEASE_SHARED, WAIT};
+use crate::subscriber::Subscriber;
+use crate::wait::{next_pause, Backoff, HEARTBEAT};
 
 pub struct LockSettings {
     pub pool: PoolSettings,
@@ -16,10 +18,43 @@ pub struct LockSettings {
     pub retry_interval: Duration,
 }
 
+/// One acquisition: who (token), what (key, without the prefix), for how long, shared by how
+/// many holders (1: the plain lock), and whether waiters queue in arrival order.
+pub struct Claim<'a> {
+    pub key: &'a [u8],
+    pub token: &'a str,
+    pub ttl_ms: u64,
+    pub limit: u32,
+    pub fair: bool,
+}
+
 pub struct LockCore {
     pool: Pool,
+    subscriber: Subscriber,
     key_prefix: Vec<u8>,
     retry_interval: Duration,
+}
+
+/// The Redis keys of one plain lock: the lock, its queue of waiters, and their details.
+struct LockKeys {
+    lock: Vec<u8>,
+    queue: Vec<u8>,
+    waiters: Vec<u8>,
+}
+
+impl LockKeys {
+    fn all(&self) -> [&[u8]; 3] {
+        [&self.lock, &self.queue, &self.waiters]
+    }
+}
+
+/// What one attempt found.
+enum Attempt {
+    Acquired,
+    /// Held by others; `retry_in` is when it expires on its own, when Redis said.
+    Held {
+        retry_in: Option<Duration>,
+    },
 }
 
 /// Why a round trip failed, as far as the connection is concerned.
@@ -39,8 +74,15 @@ enum Failure {
 
 impl LockCore {
     pub fn new(settings: LockSettings) -> Result<LockCore, LockError> {
+        let pool = Pool::new(settings.pool)?;
+        let subscriber = Subscriber::new(
+            pool.client().clone(),
+            &settings.key_prefix,
+            pool.settings().connect_timeout,
+        );
         Ok(LockCore {
-            pool: Pool::new(settings.pool)?,
+            pool,
+            subscriber,
             key_prefix: settings.key_prefix,
             retry_interval: settings.retry_interval,
         })
@@ -54,83 +96,148 @@ impl LockCore {
         [self.key_prefix.as_slice(), key].concat()
     }
 
-    /// One attempt, one round trip: true when `token` now holds the lock for `ttl_ms`, as one
-    /// of at most `limit` holders (1: the plain lock).
-    pub fn try_acquire(
-        &self,
-        key: &[u8],
-        token: &str,
-        ttl_ms: u64,
-        limit: u32,
-        interrupt: &Interrupt,
-    ) -> Result<bool, LockError> {
-        let redis_key = self.redis_key(key);
-        let ttl = ttl_ms.to_string();
-        let limit_arg = limit.to_string();
+    fn keys(&self, key: &[u8]) -> LockKeys {
+        let lock = self.redis_key(key);
+        LockKeys {
+            queue: [lock.as_slice(), b":queue"].concat(),
+            waiters: [lock.as_slice(), b":waiters"].concat(),
+            lock,
+        }
+    }
+
+    /// One attempt, one round trip: true when `claim.token` now holds the lock. Does not queue.
+    pub fn try_acquire(&self, claim: &Claim, interrupt: &Interrupt) -> Result<bool, LockError> {
+        if claim.limit > 1 {
+            return self
+                .attempt_shared(claim, interrupt)
+                .map(|a| matches!(a, Attempt::Acquired));
+        }
+        let redis_key = self.redis_key(claim.key);
+        let ttl = claim.ttl_ms.to_string();
         let mut sent = false;
         let acquired = self.round_trip(interrupt, |conn, attempt| {
             sent = true;
-            if limit > 1 {
-                ACQUIRE_SHARED
-                    .run::<i64>(
-                        conn,
-                        &redis_key,
-                        &[token.as_bytes(), ttl.as_bytes(), limit_arg.as_bytes()],
-                    )
-                    .map(|taken| taken == 1)
-            } else if attempt == 0 {
+            if attempt == 0 {
                 redis::cmd("SET")
                     .arg(&redis_key)
-                    .arg(token)
+                    .arg(claim.token)
                     .arg("NX")
                     .arg("PX")
-                    .arg(ttl_ms)
+                    .arg(claim.ttl_ms)
                     .query::<Option<String>>(conn)
                     .map(|reply| reply.is_some())
             } else {
                 // The first SET may have reached Redis before the connection died.
                 ACQUIRE
-                    .run::<i64>(conn, &redis_key, &[token.as_bytes(), ttl.as_bytes()])
+                    .run::<i64>(
+                        conn,
+                        &[&redis_key],
+                        &[claim.token.as_bytes(), ttl.as_bytes()],
+                    )
                     .map(|taken| taken == 1)
             }
         });
         if sent && acquired == Err(LockError::Interrupted) {
             // The SET may have landed just as the interrupt came: never leave that lock behind.
-            let _ = self.release(key, token, limit, &Interrupt::for_current_thread());
+            let _ = self.release(claim.key, claim.token, 1, &Interrupt::for_current_thread());
         }
         acquired
     }
 
-    /// Retries with backoff until `token` holds the lock or `deadline` passes. `started` is when
-    /// the caller began waiting, for the `waited` figure of `NotAcquired`.
-    #[allow(clippy::too_many_arguments)]
+    /// Waits until `claim.token` holds the lock or `deadline` passes. Woken by releases
+    /// (published by whoever releases, in any process), by the holder's TTL running out, or
+    /// after a backoff when releases cannot reach us. `started` is when the caller began waiting.
     pub fn acquire_until(
         &self,
-        key: &[u8],
-        token: &str,
-        ttl_ms: u64,
-        limit: u32,
+        claim: &Claim,
         started: Instant,
         deadline: Instant,
         interrupt: &Interrupt,
     ) -> Result<(), LockError> {
+        let keys = self.keys(claim.key);
+        let _registration = self.subscriber.register(&keys.lock, interrupt.waker());
         let mut backoff = Backoff::new(self.retry_interval);
-        loop {
-            if self.try_acquire(key, token, ttl_ms, limit, interrupt)? {
+        let mut queued_attempts = 0u32;
+        let outcome = (|| loop {
+            let attempt = if claim.limit > 1 {
+                self.attempt_shared(claim, interrupt)?
+            } else if claim.fair || queued_attempts > 0 || !self.first_try(claim, interrupt)? {
+                // A fair waiter queues at once; others once they have waited one step, so a
+                // thread that releases and re-acquires in a loop cannot starve them.
+                queued_attempts += 1;
+                self.attempt_queued(claim, &keys, claim.fair || queued_attempts > 1, interrupt)?
+            } else {
+                Attempt::Acquired
+            };
+            let Attempt::Held { retry_in } = attempt else {
                 return Ok(());
-            }
+            };
             let now = Instant::now();
             if now >= deadline {
                 return Err(LockError::NotAcquired {
                     waited: now - started,
                 });
             }
-            interrupt.sleep_until((now + backoff.next_pause()).min(deadline))?;
+            let pause = next_pause(self.subscriber.is_listening(), retry_in, &mut backoff);
+            interrupt.sleep_until((now + pause).min(deadline))?;
+        })();
+        if outcome.is_err() && queued_attempts > 0 {
+            // Leave the queue (and pass on a lock handed to us meanwhile), whatever happened.
+            let _ = self.leave(&keys, claim.token);
         }
+        outcome
     }
 
-    /// Deletes the lock (or this holder's slot, for `limit` > 1) if `token` still holds it;
-    /// false when it expired or changed hands.
+    /// The cheap first attempt of a non-fair waiter: a plain SET NX, exactly as try_acquire.
+    fn first_try(&self, claim: &Claim, interrupt: &Interrupt) -> Result<bool, LockError> {
+        self.try_acquire(claim, interrupt)
+    }
+
+    fn attempt_queued(
+        &self,
+        claim: &Claim,
+        keys: &LockKeys,
+        join: bool,
+        interrupt: &Interrupt,
+    ) -> Result<Attempt, LockError> {
+        let ttl = claim.ttl_ms.to_string();
+        let heartbeat = HEARTBEAT.as_millis().to_string();
+        let join = if join { "1" } else { "0" };
+        let args: [&[u8]; 4] = [
+            claim.token.as_bytes(),
+            ttl.as_bytes(),
+            join.as_bytes(),
+            heartbeat.as_bytes(),
+        ];
+        let reply = self.round_trip(interrupt, |conn, _| {
+            WAIT.run::<Vec<i64>>(conn, &keys.all(), &args)
+        })?;
+        Ok(attempt_from(&reply))
+    }
+
+    fn attempt_shared(&self, claim: &Claim, interrupt: &Interrupt) -> Result<Attempt, LockError> {
+        let redis_key = self.redis_key(claim.key);
+        let ttl = claim.ttl_ms.to_string();
+        let limit = claim.limit.to_string();
+        let args: [&[u8]; 3] = [claim.token.as_bytes(), ttl.as_bytes(), limit.as_bytes()];
+        let reply = self.round_trip(interrupt, |conn, _| {
+            ACQUIRE_SHARED.run::<Vec<i64>>(conn, &[&redis_key], &args)
+        })?;
+        Ok(attempt_from(&reply))
+    }
+
+    /// Leaves the queue of `keys` for good, to completion (even while Ruby interrupts us).
+    fn leave(&self, keys: &LockKeys, token: &str) -> Result<(), LockError> {
+        let handoff = HEARTBEAT.as_millis().to_string();
+        let args: [&[u8]; 2] = [token.as_bytes(), handoff.as_bytes()];
+        self.round_trip(&Interrupt::for_current_thread(), |conn, _| {
+            LEAVE.run::<Value>(conn, &keys.all(), &args)
+        })
+        .map(|_| ())
+    }
+
+    /// Releases the lock (or this holder's slot, for `limit` > 1) if `token` still holds it,
+    /// handing it to the next queued waiter; false when it expired or changed hands.
     pub fn release(
         &self,
         key: &[u8],
@@ -138,17 +245,15 @@ impl LockCore {
         limit: u32,
         interrupt: &Interrupt,
     ) -> Result<bool, LockError> {
-        let redis_key = self.redis_key(key);
+        let keys = self.keys(key);
+        let handoff = HEARTBEAT.as_millis().to_string();
         self.round_trip(interrupt, |conn, _| {
             if limit > 1 {
-                redis::cmd("ZREM")
-                    .arg(&redis_key)
-                    .arg(token)
-                    .query::<i64>(conn)
+                RELEASE_SHARED.run::<i64>(conn, &[&keys.lock], &[token.as_bytes()])
             } else {
-                RELEASE.run::<i64>(conn, &redis_key, &[token.as_bytes()])
+                RELEASE.run::<i64>(conn, &keys.all(), &[token.as_bytes(), handoff.as_bytes()])
             }
-            .map(|deleted| deleted == 1)
+            .map(|released| released == 1)
         })
     }
 
@@ -164,7 +269,7 @@ impl LockCore {
         let ttl = ttl_ms.to_string();
         self.round_trip(interrupt, |conn, _| {
             REFRESH
-                .run::<i64>(conn, &redis_key, &[token.as_bytes(), ttl.as_bytes()])
+                .run::<i64>(conn, &[&redis_key], &[token.as_bytes(), ttl.as_bytes()])
                 .map(|renewed| renewed == 1)
         })
     }
@@ -246,6 +351,17 @@ impl LockCore {
             error.to_string()
         };
         LockError::connection(self.pool.addr(), cause)
+    }
+}
+
+/// `{1}` acquired; `{0, ms}` held, expiring on its own in `ms` (negative: unknown).
+fn attempt_from(reply: &[i64]) -> Attempt {
+    match reply {
+        [1, ..] => Attempt::Acquired,
+        [_, ms, ..] if *ms >= 0 => Attempt::Held {
+            retry_in: Some(Duration::from_millis(*ms as u64 + 1)),
+        },
+        _ => Attempt::Held { retry_in: None },
     }
 }
 

@@ -9,7 +9,7 @@ use magnus::{prelude::*, Error, RModule, RString, Ruby, Value};
 
 use crate::error::LockError;
 use crate::gvl::{self, Interrupt};
-use crate::lock::{LockCore, LockSettings};
+use crate::lock::{Claim, LockCore, LockSettings};
 use crate::pool::PoolSettings;
 use crate::ruby_errors;
 
@@ -61,7 +61,8 @@ impl Locker {
     }
 
     /// Runs the block while holding the lock, as one of at most `limit` holders (1: the plain
-    /// lock); false when the lock was taken and `wait` is nil.
+    /// lock); false when the lock was taken and `wait` is nil. `fair`: waiters queue in order.
+    #[allow(clippy::too_many_arguments)]
     pub fn synchronize(
         ruby: &Ruby,
         rb_self: &Self,
@@ -69,19 +70,25 @@ impl Locker {
         ttl_ms: u64,
         wait: Option<f64>,
         limit: u32,
+        fair: bool,
     ) -> Result<bool, Error> {
         let core = &rb_self.core;
         let key_bytes = copy_bytes(key);
         let token = new_token();
         let limit = limit.max(1);
+        let claim = Claim {
+            key: &key_bytes,
+            token: &token,
+            ttl_ms,
+            limit,
+            fair,
+        };
         let acquired = match wait {
-            None => blocking(ruby, key, |i| {
-                core.try_acquire(&key_bytes, &token, ttl_ms, limit, i)
-            })?,
+            None => blocking(ruby, key, |i| core.try_acquire(&claim, i))?,
             Some(seconds) => {
                 let (started, deadline) = deadline_after(seconds);
                 blocking(ruby, key, |i| {
-                    core.acquire_until(&key_bytes, &token, ttl_ms, limit, started, deadline, i)
+                    core.acquire_until(&claim, started, deadline, i)
                 })?;
                 true
             }
@@ -106,10 +113,14 @@ impl Locker {
         let core = &rb_self.core;
         let key_bytes = copy_bytes(key);
         let token = new_token();
-        let acquired = blocking(ruby, key, |i| {
-            core.try_acquire(&key_bytes, &token, ttl_ms, 1, i)
-        })?;
-        if !acquired {
+        let claim = Claim {
+            key: &key_bytes,
+            token: &token,
+            ttl_ms,
+            limit: 1,
+            fair: false,
+        };
+        if !blocking(ruby, key, |i| core.try_acquire(&claim, i))? {
             return Ok(None);
         }
         hand_over(ruby, core, &key_bytes, token).map(Some)
@@ -122,13 +133,21 @@ impl Locker {
         key: RString,
         ttl_ms: u64,
         wait: f64,
+        fair: bool,
     ) -> Result<String, Error> {
         let core = &rb_self.core;
         let key_bytes = copy_bytes(key);
         let token = new_token();
+        let claim = Claim {
+            key: &key_bytes,
+            token: &token,
+            ttl_ms,
+            limit: 1,
+            fair,
+        };
         let (started, deadline) = deadline_after(wait);
         blocking(ruby, key, |i| {
-            core.acquire_until(&key_bytes, &token, ttl_ms, 1, started, deadline, i)
+            core.acquire_until(&claim, started, deadline, i)
         })?;
         hand_over(ruby, core, &key_bytes, token)
     }

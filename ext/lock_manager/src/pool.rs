@@ -169,6 +169,10 @@ impl Pool {
         })
     }
 
+    pub fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
     /// `host:port` (or the socket path): for messages; it never carries a password.
     pub fn addr(&self) -> &str {
         &self.addr

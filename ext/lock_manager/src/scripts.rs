@@ -1,47 +1,101 @@
 //! Every Lua script the gem sends to Redis, and the EVALSHA-then-EVAL call that runs them.
 //!
-//! Keys and values reach Lua only through KEYS and ARGV, never by string building.
+//! Keys and values reach Lua only through KEYS and ARGV, never by string building. A plain
+//! lock uses three keys: KEYS[1] the lock (a string holding the owner's token), KEYS[2] the
+//! queue of waiters (a sorted set: token -> arrival in microseconds) and KEYS[3] the waiters'
+//! details (a hash: token -> "heartbeat deadline ms:lock ttl ms"). A release is published on
+//! the channel "lock_manager:" .. KEYS[1], which waiting processes subscribe to.
 
 use std::sync::LazyLock;
 
 use redis::{Cmd, ConnectionLike, ErrorKind, FromRedisValue, RedisResult, ServerErrorKind};
 
+/// The prefix of the channel a lock's releases are published on; the lock key follows it.
+pub const CHANNEL_PREFIX: &[u8] = b"lock_manager:";
+
 pub struct LuaScript {
-    source: &'static str,
+    source: String,
     sha1: String,
 }
 
 impl LuaScript {
-    fn new(source: &'static str) -> Self {
-        LuaScript {
-            source,
-            sha1: redis::Script::new(source).get_hash().to_owned(),
-        }
+    fn new(source: String) -> Self {
+        let sha1 = redis::Script::new(&source).get_hash().to_owned();
+        LuaScript { source, sha1 }
     }
 
     /// One round trip: EVALSHA, then EVAL (which also caches the script) only on NOSCRIPT.
     pub fn run<T: FromRedisValue>(
         &self,
         conn: &mut impl ConnectionLike,
-        key: &[u8],
+        keys: &[&[u8]],
         args: &[&[u8]],
     ) -> RedisResult<T> {
-        match eval("EVALSHA", self.sha1.as_bytes(), key, args).query(conn) {
+        match eval("EVALSHA", self.sha1.as_bytes(), keys, args).query(conn) {
             Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                eval("EVAL", self.source.as_bytes(), key, args).query(conn)
+                eval("EVAL", self.source.as_bytes(), keys, args).query(conn)
             }
             other => other,
         }
     }
 }
 
-fn eval(verb: &str, script: &[u8], key: &[u8], args: &[&[u8]]) -> Cmd {
+fn eval(verb: &str, script: &[u8], keys: &[&[u8]], args: &[&[u8]]) -> Cmd {
     let mut cmd = redis::cmd(verb);
-    cmd.arg(script).arg(1).arg(key);
-    for arg in args {
-        cmd.arg(*arg);
+    cmd.arg(script).arg(keys.len());
+    for item in keys.iter().chain(args) {
+        cmd.arg(*item);
     }
     cmd
+}
+
+/// Helpers shared by the plain-lock scripts below.
+const QUEUE_HELPERS: &str = r"
+local function now_ms()
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- The first queued waiter whose heartbeat is still running, and the TTL it asked for; waiters
+-- whose process stopped renewing their heartbeat are dropped on the way.
+local function live_head()
+  local now
+  while true do
+    local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    if not head then return nil end
+    now = now or now_ms()
+    local entry = redis.call('HGET', KEYS[3], head)
+    if entry then
+      local deadline, ttl = string.match(entry, '^(%d+):(%d+)$')
+      if tonumber(deadline) > now then return head, tonumber(ttl) end
+    end
+    redis.call('ZREM', KEYS[2], head)
+    redis.call('HDEL', KEYS[3], head)
+  end
+end
+
+local function dequeue(token)
+  redis.call('ZREM', KEYS[2], token)
+  redis.call('HDEL', KEYS[3], token)
+end
+
+-- Hands the lock to the first live waiter, for at most `handoff_ms` (a waiter that died before
+-- noticing cannot hold the line for long: it extends the lock to its TTL when it takes it), or
+-- deletes it. Every waiting process is told either way.
+local function release_lock(handoff_ms)
+  local head, ttl = live_head()
+  if head then
+    redis.call('SET', KEYS[1], head, 'PX', math.min(ttl, handoff_ms))
+    dequeue(head)
+  else
+    redis.call('DEL', KEYS[1])
+  end
+  redis.call('PUBLISH', 'lock_manager:' .. KEYS[1], head or '')
+end
+";
+
+fn with_helpers(body: &str) -> LuaScript {
+    LuaScript::new(format!("{QUEUE_HELPERS}\n{body}"))
 }
 
 /// Takes the lock for ARGV[1] (token) with a TTL of ARGV[2] ms, or renews it when that token
@@ -58,16 +112,69 @@ elseif current == ARGV[1] then
   return 1
 end
 return 0
+"
+        .to_owned(),
+    )
+});
+
+/// A waiter's attempt. ARGV: token, lock TTL ms, "1" to join (or stay in) the queue, heartbeat
+/// ms. Takes the lock when it was handed to this token, or when it is free and no live waiter
+/// queued earlier. Returns {1} when held, else {0, the lock's PTTL} (-2: free, another's turn).
+pub static WAIT: LazyLock<LuaScript> = LazyLock::new(|| {
+    with_helpers(
+        r"
+local token, ttl = ARGV[1], tonumber(ARGV[2])
+local current = redis.call('GET', KEYS[1])
+if current == token then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  dequeue(token)
+  return {1}
+end
+if not current then
+  local head = live_head()
+  if not head or head == token then
+    redis.call('SET', KEYS[1], token, 'PX', ttl)
+    dequeue(token)
+    return {1}
+  end
+end
+if ARGV[3] == '1' then
+  local heartbeat = tonumber(ARGV[4])
+  local time = redis.call('TIME')
+  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  redis.call('ZADD', KEYS[2], 'NX', tonumber(time[1]) * 1000000 + tonumber(time[2]), token)
+  redis.call('HSET', KEYS[3], token, (now + heartbeat) .. ':' .. ttl)
+  redis.call('PEXPIRE', KEYS[2], heartbeat * 2)
+  redis.call('PEXPIRE', KEYS[3], heartbeat * 2)
+end
+return {0, redis.call('PTTL', KEYS[1])}
 ",
     )
 });
 
-/// Deletes the lock only while ARGV[1] (token) still holds it: never another holder's lock.
+/// Releases the lock only while ARGV[1] (token) holds it, handing it to the next live waiter
+/// (for at most ARGV[2] ms until it confirms). Never touches another holder's lock.
 pub static RELEASE: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(
+    with_helpers(
         r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+release_lock(tonumber(ARGV[2]))
+return 1
+",
+    )
+});
+
+/// A waiter gives up (deadline, interrupt): leaves the queue, passes on a lock handed to it
+/// meanwhile, and wakes the others when the lock is free. ARGV: token, hand-off ms.
+pub static LEAVE: LazyLock<LuaScript> = LazyLock::new(|| {
+    with_helpers(
+        r"
+dequeue(ARGV[1])
+local current = redis.call('GET', KEYS[1])
+if current == ARGV[1] then
+  release_lock(tonumber(ARGV[2]))
+elseif not current and redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('PUBLISH', 'lock_manager:' .. KEYS[1], '')
 end
 return 0
 ",
@@ -82,7 +189,8 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
-",
+"
+        .to_owned(),
     )
 });
 
@@ -90,7 +198,7 @@ return 0
 /// ARGV[2] ms. Holders are members of a sorted set scored by their expiry in Redis time, so an
 /// expired holder frees its slot without touching the others; a token already admitted is
 /// renewed (a re-sent acquire must not fail because of itself). The key itself expires with its
-/// last holder.
+/// last holder. Returns {1}, or {0, ms until the first holder expires}.
 pub static ACQUIRE_SHARED: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         r"
@@ -101,9 +209,23 @@ if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonu
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
   redis.call('PEXPIREAT', KEYS[1], last[2])
-  return 1
+  return {1}
 end
-return 0
-",
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return {0, tonumber(first[2]) - now}
+"
+        .to_owned(),
+    )
+});
+
+/// Frees ARGV[1]'s slot of the semaphore KEYS[1], and tells waiting processes.
+pub static RELEASE_SHARED: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(
+        r"
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+if removed == 1 then redis.call('PUBLISH', 'lock_manager:' .. KEYS[1], '') end
+return removed
+"
+        .to_owned(),
     )
 });

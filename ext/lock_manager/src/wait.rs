@@ -1,6 +1,27 @@
 //! How long a blocking acquire waits between two attempts.
+//!
+//! While releases reach this process (`subscriber.rs`), a waiter sleeps until it is woken, until
+//! the holder's TTL runs out, or for `RECHECK` at most (it renews its place in the queue that
+//! often). Otherwise it backs off with jitter, as a plain polling client would.
 
 use std::time::Duration;
+
+/// How long a queued waiter keeps its place without renewing it: a waiter whose process died
+/// frees the line after this, and a lock handed to it is taken back after this.
+pub const HEARTBEAT: Duration = Duration::from_millis(2_000);
+
+/// The longest a waiter sleeps while it listens for releases.
+pub const RECHECK: Duration = Duration::from_millis(500);
+
+/// The next pause: until woken, or `retry_in` (the holder's remaining TTL) when listening;
+/// the jittered backoff when not.
+pub fn next_pause(listening: bool, retry_in: Option<Duration>, backoff: &mut Backoff) -> Duration {
+    if listening {
+        retry_in.unwrap_or(RECHECK).min(RECHECK)
+    } else {
+        backoff.next_pause()
+    }
+}
 
 /// The first pause: short, so a lock released soon after is taken almost at once.
 const FIRST_STEP: Duration = Duration::from_millis(2);

@@ -5,7 +5,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use lock_manager::{Interrupt, LockCore, LockError, LockSettings, PoolSettings};
+use lock_manager::{Claim, Interrupt, LockCore, LockError, LockSettings, PoolSettings};
 
 struct RedisServer {
     child: Child,
@@ -78,6 +78,16 @@ fn core(url: &str, pool_size: u32) -> LockCore {
     .unwrap()
 }
 
+fn claim<'a>(key: &'a [u8], token: &'a str, ttl_ms: u64, limit: u32) -> Claim<'a> {
+    Claim {
+        key,
+        token,
+        ttl_ms,
+        limit,
+        fair: false,
+    }
+}
+
 fn never() -> Interrupt {
     Interrupt::for_current_thread()
 }
@@ -89,10 +99,10 @@ fn acquire_release_and_the_token_rules() {
     let mut redis = server.client();
 
     assert!(core
-        .try_acquire(b"k", "token-a", 10_000, 1, &never())
+        .try_acquire(&claim(b"k", "token-a", 10_000, 1), &never())
         .unwrap());
     assert!(!core
-        .try_acquire(b"k", "token-b", 10_000, 1, &never())
+        .try_acquire(&claim(b"k", "token-b", 10_000, 1), &never())
         .unwrap());
     let stored: String = redis::cmd("GET").arg("t:k").query(&mut redis).unwrap();
     assert_eq!(stored, "token-a");
@@ -118,10 +128,10 @@ fn an_expired_lock_taken_by_someone_else_is_never_released_by_the_first_owner() 
     let server = RedisServer::start();
     let core = core(&server.url(), 2);
 
-    assert!(core.try_acquire(b"k", "first", 50, 1, &never()).unwrap());
+    assert!(core.try_acquire(&claim(b"k", "first", 50, 1), &never()).unwrap());
     thread::sleep(Duration::from_millis(80));
     assert!(core
-        .try_acquire(b"k", "second", 10_000, 1, &never())
+        .try_acquire(&claim(b"k", "second", 10_000, 1), &never())
         .unwrap());
     assert!(!core.release(b"k", "first", 1, &never()).unwrap());
     assert!(core.owned(b"k", "second", &never()).unwrap());
@@ -132,19 +142,11 @@ fn blocking_acquire_waits_for_a_release_and_gives_up_at_the_deadline() {
     let server = RedisServer::start();
     let core = std::sync::Arc::new(core(&server.url(), 4));
     assert!(core
-        .try_acquire(b"k", "holder", 10_000, 1, &never())
+        .try_acquire(&claim(b"k", "holder", 10_000, 1), &never())
         .unwrap());
 
     let started = Instant::now();
-    let outcome = core.acquire_until(
-        b"k",
-        "waiter",
-        10_000,
-        1,
-        started,
-        started + Duration::from_millis(200),
-        &never(),
-    );
+    let outcome = core.acquire_until(&claim(b"k", "waiter", 10_000, 1), started, started + Duration::from_millis(200), &never());
     let waited = started.elapsed();
     assert!(
         matches!(outcome, Err(LockError::NotAcquired { .. })),
@@ -163,15 +165,7 @@ fn blocking_acquire_waits_for_a_release_and_gives_up_at_the_deadline() {
         })
     };
     let started = Instant::now();
-    core.acquire_until(
-        b"k",
-        "waiter",
-        10_000,
-        1,
-        started,
-        started + Duration::from_secs(5),
-        &never(),
-    )
+    core.acquire_until(&claim(b"k", "waiter", 10_000, 1), started, started + Duration::from_secs(5), &never())
     .unwrap();
     assert!(releaser.join().unwrap());
     assert!(started.elapsed() < Duration::from_secs(1));
@@ -183,7 +177,7 @@ fn the_retry_path_accepts_its_own_token() {
     let server = RedisServer::start();
     let core = core(&server.url(), 1);
     let mut admin = server.client();
-    assert!(core.try_acquire(b"k", "mine", 10_000, 1, &never()).unwrap());
+    assert!(core.try_acquire(&claim(b"k", "mine", 10_000, 1), &never()).unwrap());
     // Kill the pooled connection: the next call retries on a new one with the idempotent script.
     let _: () = redis::cmd("CLIENT")
         .arg("KILL")
@@ -194,11 +188,11 @@ fn the_retry_path_accepts_its_own_token() {
         .query(&mut admin)
         .unwrap();
     assert!(
-        core.try_acquire(b"k", "mine", 10_000, 1, &never()).unwrap(),
+        core.try_acquire(&claim(b"k", "mine", 10_000, 1), &never()).unwrap(),
         "re-sent acquire must not fail because of itself"
     );
     assert!(!core
-        .try_acquire(b"k", "other", 10_000, 1, &never())
+        .try_acquire(&claim(b"k", "other", 10_000, 1), &never())
         .unwrap());
 }
 
@@ -208,7 +202,7 @@ fn binary_keys_round_trip() {
     let core = core(&server.url(), 1);
     let mut redis = server.client();
     let key = b"\xff\x00{*}\"'";
-    assert!(core.try_acquire(key, "tok", 10_000, 1, &never()).unwrap());
+    assert!(core.try_acquire(&claim(key, "tok", 10_000, 1), &never()).unwrap());
     let exists: i64 = redis::cmd("EXISTS")
         .arg([b"t:".as_slice(), key].concat())
         .query(&mut redis)
@@ -277,25 +271,25 @@ fn a_semaphore_admits_limit_holders_each_with_its_own_expiry() {
     let core = core(&server.url(), 2);
     let mut redis = server.client();
 
-    assert!(core.try_acquire(b"s", "short", 100, 3, &never()).unwrap());
+    assert!(core.try_acquire(&claim(b"s", "short", 100, 3), &never()).unwrap());
     assert!(core
-        .try_acquire(b"s", "long-a", 10_000, 3, &never())
+        .try_acquire(&claim(b"s", "long-a", 10_000, 3), &never())
         .unwrap());
     assert!(core
-        .try_acquire(b"s", "long-b", 10_000, 3, &never())
+        .try_acquire(&claim(b"s", "long-b", 10_000, 3), &never())
         .unwrap());
     assert!(!core
-        .try_acquire(b"s", "fourth", 10_000, 3, &never())
+        .try_acquire(&claim(b"s", "fourth", 10_000, 3), &never())
         .unwrap());
     // A re-sent acquire of an admitted token succeeds (it only renews that holder).
     assert!(core
-        .try_acquire(b"s", "long-a", 10_000, 3, &never())
+        .try_acquire(&claim(b"s", "long-a", 10_000, 3), &never())
         .unwrap());
 
     thread::sleep(Duration::from_millis(150));
     // The expired holder's slot is free; the two others are untouched.
     assert!(core
-        .try_acquire(b"s", "fourth", 10_000, 3, &never())
+        .try_acquire(&claim(b"s", "fourth", 10_000, 3), &never())
         .unwrap());
     let holders: Vec<String> = redis::cmd("ZRANGE")
         .arg("t:s")
@@ -315,7 +309,7 @@ fn a_semaphore_admits_limit_holders_each_with_its_own_expiry() {
     assert!(core.release(b"s", "long-a", 3, &never()).unwrap());
     assert!(!core.release(b"s", "long-a", 3, &never()).unwrap());
     assert!(core
-        .try_acquire(b"s", "fifth", 10_000, 3, &never())
+        .try_acquire(&claim(b"s", "fifth", 10_000, 3), &never())
         .unwrap());
 }
 
@@ -324,7 +318,7 @@ fn a_semaphore_key_vanishes_with_its_last_holder() {
     let server = RedisServer::start();
     let core = core(&server.url(), 1);
     let mut redis = server.client();
-    assert!(core.try_acquire(b"s", "a", 80, 2, &never()).unwrap());
+    assert!(core.try_acquire(&claim(b"s", "a", 80, 2), &never()).unwrap());
     thread::sleep(Duration::from_millis(120));
     let exists: i64 = redis::cmd("EXISTS").arg("t:s").query(&mut redis).unwrap();
     assert_eq!(exists, 0);

@@ -1,0 +1,68 @@
+# frozen_string_literal: true
+
+# What the bench scripts share: a Redis to run against, a clock, percentiles and verdicts.
+
+require_relative "../lib/lock_manager"
+require_relative "../spec/support/redis_server"
+
+$stdout.sync = true # keep what was printed if Ruby crashes
+Thread.report_on_exception = false # a worker's exception surfaces through Thread#value
+
+module Bench
+  # Whether the gem takes `fair: true` yet (it is being added alongside these scripts).
+  FAIR = LockManager::Locker.instance_method(:blocking_lock).parameters.include?(%i[key fair])
+  FAIR_NOT_AVAILABLE = "n/a (fair: not available yet)"
+
+  module_function
+
+  def now(clock = Process::CLOCK_MONOTONIC)
+    Process.clock_gettime(clock)
+  end
+
+  # REDIS_URL, or the URL of a throwaway redis-server on a free loopback port, stopped at exit.
+  # A forked child must leave with `exit!`, or it would stop that server too.
+  def redis_url
+    ENV.fetch("REDIS_URL") do
+      server = RedisServer.new.start
+      at_exit { server.shutdown }
+      server.url
+    end
+  end
+
+  # Prints where the numbers come from: Ruby, redis-server, date.
+  def header(url)
+    redis = Redis.new(url: url)
+    puts "ruby:         #{RUBY_DESCRIPTION}"
+    puts "redis-server: #{redis.info("server")["redis_version"]} (#{ENV["REDIS_URL"] ? "REDIS_URL" : "throwaway"})"
+    puts "date:         #{Time.now.strftime("%F %T %z")}"
+  ensure
+    redis&.close
+  end
+
+  # Uncontended lock + empty block + unlock cycles on `key`: `count` of them, or as many as fit
+  # before `deadline`.
+  # @return [Integer] how many ran
+  def lock_cycles(locker, key, count: nil, deadline: nil)
+    done = 0
+    while count ? done < count : now < deadline
+      raise "nonblocking_lock(#{key.inspect}) did not run its block" unless locker.nonblocking_lock(key) {}.run?
+
+      done += 1
+    end
+    done
+  end
+
+  # The nearest-rank percentile: `fraction` 0.5 is the median, 0.99 the p99.
+  def percentile(values, fraction)
+    sorted = values.sort
+    sorted[(fraction * sorted.size).ceil.clamp(1, sorted.size) - 1]
+  end
+
+  # "target met", or "target NOT met (by X%)" where X is how far `value` is past `limit`.
+  # @param at_most [Boolean] true when the target is an upper bound, false for a lower bound
+  def verdict(value, limit, at_most: true)
+    return "target met" if at_most ? value <= limit : value >= limit
+
+    format("target NOT met (by %<miss>.0f%%)", miss: (at_most ? (value / limit) - 1 : 1 - (value / limit)) * 100)
+  end
+end

@@ -1,0 +1,221 @@
+//! Wake-up on release: one subscriber connection per Locker and process, shared by every
+//! waiting thread.
+//!
+//! The release scripts publish on "lock_manager:<lock key>". A background thread holds one
+//! connection (outside the pool) subscribed to the pattern covering this Locker's prefix, and
+//! wakes the local threads registered for the released key. While it is not subscribed
+//! (starting, Redis down) waiters fall back to the backoff; it resubscribes by itself and then
+//! wakes everyone, so a release missed meanwhile costs one re-check, not a hang.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+
+use crate::gvl::Waker;
+use crate::pool::is_signalled;
+use crate::scripts::CHANNEL_PREFIX;
+
+/// How long the listening thread blocks on its socket before looking at its stop flag.
+const POLL: Duration = Duration::from_millis(500);
+/// Pause between two attempts to (re)subscribe while Redis is unreachable.
+const RESUBSCRIBE_PAUSE: Duration = Duration::from_millis(200);
+
+#[derive(Default)]
+struct Shared {
+    /// The threads of this process waiting for each lock key.
+    waiters: Mutex<HashMap<Vec<u8>, Vec<Arc<Waker>>>>,
+    listening: AtomicBool,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn wake(&self, key: &[u8]) {
+        if let Ok(waiters) = self.waiters.lock() {
+            waiters
+                .get(key)
+                .into_iter()
+                .flatten()
+                .for_each(|w| w.wake());
+        }
+    }
+
+    fn wake_all(&self) {
+        if let Ok(waiters) = self.waiters.lock() {
+            waiters.values().flatten().for_each(|w| w.wake());
+        }
+    }
+}
+
+/// The listener of one process: a forked child starts its own (threads do not survive fork).
+struct Listener {
+    pid: u32,
+    shared: Arc<Shared>,
+}
+
+pub struct Subscriber {
+    client: redis::Client,
+    pattern: Vec<u8>,
+    connect_timeout: Duration,
+    current: ArcSwapOption<Listener>,
+}
+
+/// A thread's interest in one key; dropping it unregisters the thread.
+pub struct Registration {
+    shared: Arc<Shared>,
+    key: Vec<u8>,
+    waker: Arc<Waker>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Ok(mut waiters) = self.shared.waiters.lock() {
+            if let Some(list) = waiters.get_mut(&self.key) {
+                list.retain(|w| !Arc::ptr_eq(w, &self.waker));
+                if list.is_empty() {
+                    waiters.remove(&self.key);
+                }
+            }
+        }
+    }
+}
+
+impl Subscriber {
+    pub fn new(client: redis::Client, key_prefix: &[u8], connect_timeout: Duration) -> Self {
+        let mut pattern = CHANNEL_PREFIX.to_vec();
+        for byte in key_prefix {
+            if matches!(byte, b'*' | b'?' | b'[' | b']' | b'\\') {
+                pattern.push(b'\\');
+            }
+            pattern.push(*byte);
+        }
+        pattern.push(b'*');
+        Subscriber {
+            client,
+            pattern,
+            connect_timeout,
+            current: ArcSwapOption::empty(),
+        }
+    }
+
+    /// Registers `waker` for releases of `key` (the full Redis key), starting the listening
+    /// thread on first use in this process.
+    pub fn register(&self, key: &[u8], waker: &Arc<Waker>) -> Registration {
+        let shared = self.listener();
+        if let Ok(mut waiters) = shared.waiters.lock() {
+            waiters
+                .entry(key.to_vec())
+                .or_default()
+                .push(Arc::clone(waker));
+        }
+        Registration {
+            shared,
+            key: key.to_vec(),
+            waker: Arc::clone(waker),
+        }
+    }
+
+    /// True while releases reach this process: waiters may then wait for them.
+    pub fn is_listening(&self) -> bool {
+        self.current.load().as_ref().is_some_and(|l| {
+            l.pid == std::process::id() && l.shared.listening.load(Ordering::Acquire)
+        })
+    }
+
+    fn listener(&self) -> Arc<Shared> {
+        let pid = std::process::id();
+        let current = self.current.load_full();
+        if let Some(listener) = current.as_ref().filter(|l| l.pid == pid) {
+            return Arc::clone(&listener.shared);
+        }
+        let shared = Arc::new(Shared::default());
+        let fresh = Arc::new(Listener {
+            pid,
+            shared: Arc::clone(&shared),
+        });
+        let previous = self.current.compare_and_swap(&current, Some(fresh));
+        let won = match (previous.as_ref(), current.as_ref()) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if !won {
+            return self.listener();
+        }
+        if let Some(inherited) = current.filter(|l| l.pid != pid) {
+            // The parent's listener: its thread does not exist here, its mutex may be held.
+            std::mem::forget(inherited);
+        }
+        let listening = Arc::clone(&shared);
+        let (client, pattern, timeout) = (
+            self.client.clone(),
+            self.pattern.clone(),
+            self.connect_timeout,
+        );
+        let started = thread::Builder::new()
+            .name("lock_manager-subscriber".into())
+            .spawn(move || listen(&listening, &client, &pattern, timeout));
+        if started.is_err() {
+            // No thread: waiters keep to the backoff.
+            shared.stop.store(true, Ordering::Release);
+        }
+        shared
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        if let Some(listener) = self.current.swap(None) {
+            if listener.pid == std::process::id() {
+                listener.shared.stop.store(true, Ordering::Release);
+            } else {
+                std::mem::forget(listener);
+            }
+        }
+    }
+}
+
+fn listen(shared: &Shared, client: &redis::Client, pattern: &[u8], connect_timeout: Duration) {
+    while !shared.stop.load(Ordering::Acquire) {
+        if let Err(_unreachable) = listen_once(shared, client, pattern, connect_timeout) {
+            thread::sleep(RESUBSCRIBE_PAUSE);
+        }
+    }
+}
+
+/// Subscribes and dispatches messages until the connection fails or the Locker goes away.
+fn listen_once(
+    shared: &Shared,
+    client: &redis::Client,
+    pattern: &[u8],
+    connect_timeout: Duration,
+) -> redis::RedisResult<()> {
+    let mut conn = client.get_connection_with_timeout(connect_timeout)?;
+    let mut pubsub = conn.as_pubsub();
+    pubsub.set_read_timeout(Some(POLL))?;
+    pubsub.psubscribe(pattern)?;
+    shared.listening.store(true, Ordering::Release);
+    shared.wake_all(); // whatever was released before we listened: look again
+    let outcome = loop {
+        if shared.stop.load(Ordering::Acquire) {
+            break Ok(());
+        }
+        match pubsub.get_message() {
+            Ok(message) => {
+                let channel: Vec<u8> = message.get_channel().unwrap_or_default();
+                if let Some(key) = channel.strip_prefix(CHANNEL_PREFIX) {
+                    shared.wake(key);
+                }
+            }
+            // Nothing published for a while, or a stray signal: the reply parser keeps its state.
+            Err(error) if error.is_timeout() || is_signalled(&error) => continue,
+            Err(error) => break Err(error),
+        }
+    };
+    shared.listening.store(false, Ordering::Release);
+    shared.wake_all(); // back to the backoff until subscribed again
+    outcome
+}
