@@ -128,7 +128,9 @@ fn an_expired_lock_taken_by_someone_else_is_never_released_by_the_first_owner() 
     let server = RedisServer::start();
     let core = core(&server.url(), 2);
 
-    assert!(core.try_acquire(&claim(b"k", "first", 50, 1), &never()).unwrap());
+    assert!(core
+        .try_acquire(&claim(b"k", "first", 50, 1), &never())
+        .unwrap());
     thread::sleep(Duration::from_millis(80));
     assert!(core
         .try_acquire(&claim(b"k", "second", 10_000, 1), &never())
@@ -146,7 +148,12 @@ fn blocking_acquire_waits_for_a_release_and_gives_up_at_the_deadline() {
         .unwrap());
 
     let started = Instant::now();
-    let outcome = core.acquire_until(&claim(b"k", "waiter", 10_000, 1), started, started + Duration::from_millis(200), &never());
+    let outcome = core.acquire_until(
+        &claim(b"k", "waiter", 10_000, 1),
+        started,
+        started + Duration::from_millis(200),
+        &never(),
+    );
     let waited = started.elapsed();
     assert!(
         matches!(outcome, Err(LockError::NotAcquired { .. })),
@@ -165,7 +172,12 @@ fn blocking_acquire_waits_for_a_release_and_gives_up_at_the_deadline() {
         })
     };
     let started = Instant::now();
-    core.acquire_until(&claim(b"k", "waiter", 10_000, 1), started, started + Duration::from_secs(5), &never())
+    core.acquire_until(
+        &claim(b"k", "waiter", 10_000, 1),
+        started,
+        started + Duration::from_secs(5),
+        &never(),
+    )
     .unwrap();
     assert!(releaser.join().unwrap());
     assert!(started.elapsed() < Duration::from_secs(1));
@@ -177,7 +189,9 @@ fn the_retry_path_accepts_its_own_token() {
     let server = RedisServer::start();
     let core = core(&server.url(), 1);
     let mut admin = server.client();
-    assert!(core.try_acquire(&claim(b"k", "mine", 10_000, 1), &never()).unwrap());
+    assert!(core
+        .try_acquire(&claim(b"k", "mine", 10_000, 1), &never())
+        .unwrap());
     // Kill the pooled connection: the next call retries on a new one with the idempotent script.
     let _: () = redis::cmd("CLIENT")
         .arg("KILL")
@@ -188,7 +202,8 @@ fn the_retry_path_accepts_its_own_token() {
         .query(&mut admin)
         .unwrap();
     assert!(
-        core.try_acquire(&claim(b"k", "mine", 10_000, 1), &never()).unwrap(),
+        core.try_acquire(&claim(b"k", "mine", 10_000, 1), &never())
+            .unwrap(),
         "re-sent acquire must not fail because of itself"
     );
     assert!(!core
@@ -202,7 +217,9 @@ fn binary_keys_round_trip() {
     let core = core(&server.url(), 1);
     let mut redis = server.client();
     let key = b"\xff\x00{*}\"'";
-    assert!(core.try_acquire(&claim(key, "tok", 10_000, 1), &never()).unwrap());
+    assert!(core
+        .try_acquire(&claim(key, "tok", 10_000, 1), &never())
+        .unwrap());
     let exists: i64 = redis::cmd("EXISTS")
         .arg([b"t:".as_slice(), key].concat())
         .query(&mut redis)
@@ -271,7 +288,9 @@ fn a_semaphore_admits_limit_holders_each_with_its_own_expiry() {
     let core = core(&server.url(), 2);
     let mut redis = server.client();
 
-    assert!(core.try_acquire(&claim(b"s", "short", 100, 3), &never()).unwrap());
+    assert!(core
+        .try_acquire(&claim(b"s", "short", 100, 3), &never())
+        .unwrap());
     assert!(core
         .try_acquire(&claim(b"s", "long-a", 10_000, 3), &never())
         .unwrap());
@@ -318,7 +337,9 @@ fn a_semaphore_key_vanishes_with_its_last_holder() {
     let server = RedisServer::start();
     let core = core(&server.url(), 1);
     let mut redis = server.client();
-    assert!(core.try_acquire(&claim(b"s", "a", 80, 2), &never()).unwrap());
+    assert!(core
+        .try_acquire(&claim(b"s", "a", 80, 2), &never())
+        .unwrap());
     thread::sleep(Duration::from_millis(120));
     let exists: i64 = redis::cmd("EXISTS").arg("t:s").query(&mut redis).unwrap();
     assert_eq!(exists, 0);
