@@ -67,5 +67,5 @@ if system("which", "taskset", out: File::NULL)
   pin(url)
   puts row("pinned", floor(url, %w[taskset -c 0]), locker)
 else
-  puts "pinned     n/a (taskset is not installed)"
+  puts "pinned    n/a (taskset is not installed)"
 end

@@ -1,14 +1,17 @@
 //! Running Rust code with Ruby's GVL released, interruptibly.
 //!
-//! `rb_thread_call_without_gvl2` is used rather than `rb_thread_call_without_gvl`: the latter
-//! checks Ruby interrupts before and after the call and may raise straight through our Rust
-//! frames (skipping destructors: a pooled connection or an acquired lock would leak). With the
-//! `2` variant Ruby only reports "interrupted"; we clean up, then let Ruby raise (`ruby_errors.rs`).
+//! `rb_nogvl` with RB_NOGVL_INTR_FAIL (what `rb_thread_call_without_gvl2` does) is used rather
+//! than `rb_thread_call_without_gvl`: the latter checks Ruby interrupts before and after the
+//! call and may raise straight through our Rust frames (skipping destructors: a pooled
+//! connection or an acquired lock would leak). Here Ruby only reports "interrupted"; we clean
+//! up, then let Ruby raise (`ruby_errors.rs`).
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+#[cfg(not(target_os = "linux"))]
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::error::LockError;
@@ -22,22 +25,79 @@ pub struct Interrupt {
     thread: libc::pthread_t,
 }
 
-/// Wakes a thread sleeping in `Interrupt::sleep_until`, from another thread.
+/// Wakes a thread sleeping in `Interrupt::sleep_until`, from another thread. On Linux it is a
+/// futex word, so waking is async-signal-safe: Ruby may then call our unblocking function
+/// straight from its signal handler (see `NOGVL_FLAGS`).
 #[derive(Default)]
 pub struct Waker {
-    woken: Mutex<bool>,
+    /// 1 once woken, until the sleeper consumes it.
+    woken: AtomicU32,
+    #[cfg(not(target_os = "linux"))]
+    parked: Mutex<()>,
+    #[cfg(not(target_os = "linux"))]
     wake: Condvar,
 }
 
 impl Waker {
     /// Ends the current (or next) sleep of the thread early; it then re-checks what it waits for.
     pub fn wake(&self) {
-        if let Ok(mut woken) = self.woken.lock() {
-            *woken = true;
+        self.woken.store(1, Ordering::Release);
+        self.notify();
+    }
+
+    #[cfg(target_os = "linux")]
+    fn notify(&self) {
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.woken.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                i32::MAX,
+            );
         }
+    }
+
+    /// Blocks while nothing woke us, for `timeout` at most (or less: spurious returns are fine).
+    #[cfg(target_os = "linux")]
+    fn park(&self, timeout: Duration) {
+        let timeout = libc::timespec {
+            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.woken.as_ptr(),
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                0u32,
+                &timeout as *const libc::timespec,
+            );
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn notify(&self) {
+        drop(self.parked.lock());
         self.wake.notify_all();
     }
+
+    #[cfg(not(target_os = "linux"))]
+    fn park(&self, timeout: Duration) {
+        if let Ok(guard) = self.parked.lock() {
+            if self.woken.load(Ordering::Acquire) == 0 {
+                let _ = self.wake.wait_timeout(guard, timeout);
+            }
+        }
+    }
 }
+
+/// `rb_nogvl` flags: never raise through our frames (INTR_FAIL); on Linux, also tell Ruby that
+/// our unblocking function is async-signal-safe, which spares a main-thread call the helper
+/// thread Ruby otherwise starts and stops around it (two per lock cycle, measured).
+#[cfg(target_os = "linux")]
+const NOGVL_FLAGS: i32 = (rb_sys::RB_NOGVL_INTR_FAIL | rb_sys::RB_NOGVL_UBF_ASYNC_SAFE) as i32;
+#[cfg(not(target_os = "linux"))]
+const NOGVL_FLAGS: i32 = rb_sys::RB_NOGVL_INTR_FAIL as i32;
 
 impl Interrupt {
     /// An interrupt owned by the calling thread (the one the signal must reach).
@@ -70,18 +130,16 @@ impl Interrupt {
     /// Sleeps until `until`, or until woken (`Ok`), or interrupted by Ruby (`Err(Interrupted)`).
     /// A wake-up that came before the sleep ends it at once: none is lost.
     pub fn sleep_until(&self, until: Instant) -> Result<(), LockError> {
-        let poisoned = || LockError::Internal("waker mutex poisoned".into());
-        let mut woken = self.waker.woken.lock().map_err(|_| poisoned())?;
         loop {
             self.check()?;
-            let now = Instant::now();
-            if std::mem::take(&mut *woken) || now >= until {
+            if self.waker.woken.swap(0, Ordering::AcqRel) == 1 {
                 return Ok(());
             }
-            woken = match self.waker.wake.wait_timeout(woken, until - now) {
-                Ok((guard, _)) => guard,
-                Err(_) => return Err(poisoned()),
-            };
+            let now = Instant::now();
+            if now >= until {
+                return Ok(());
+            }
+            self.waker.park(until - now);
         }
     }
 
@@ -89,34 +147,31 @@ impl Interrupt {
         self.sleep_until(Instant::now() + duration)
     }
 
-    /// Called by Ruby (never from a signal handler) on Thread#raise, Thread#kill, Ctrl-C...
+    /// Called by Ruby on Thread#raise, Thread#kill, Ctrl-C...; on Linux possibly from a signal
+    /// handler, so only atomics and async-signal-safe system calls here.
     fn raise(&self) {
         self.raised.store(true, Ordering::Release);
-        // Taking the mutex orders this notify after a sleeper's flag check: no lost wake-up.
-        drop(self.waker.woken.lock());
-        self.waker.wake.notify_all();
+        self.waker.wake();
         // A thread blocked in recv() on a Redis socket only wakes for a signal. Ruby itself
         // uses SIGVTALRM, with a no-op handler installed without SA_RESTART, for this.
-        if wake_signal_is_handled() {
+        if WAKE_SIGNAL_HANDLED.load(Ordering::Acquire) {
             unsafe { libc::pthread_kill(self.thread, libc::SIGVTALRM) };
         }
     }
 }
 
-/// True when SIGVTALRM has a handler (Ruby installs one); sending it otherwise would kill us.
-fn wake_signal_is_handled() -> bool {
-    static HANDLED: OnceLock<bool> = OnceLock::new();
-    *HANDLED.get_or_init(|| unsafe {
+/// Whether SIGVTALRM has a handler (Ruby installs one); sending it otherwise would kill us.
+/// Read once at extension init, while Ruby's handlers are known to be in place.
+static WAKE_SIGNAL_HANDLED: AtomicBool = AtomicBool::new(false);
+
+pub fn init() {
+    let handled = unsafe {
         let mut current: libc::sigaction = std::mem::zeroed();
         libc::sigaction(libc::SIGVTALRM, std::ptr::null(), &mut current) == 0
             && current.sa_sigaction != libc::SIG_DFL
             && current.sa_sigaction != libc::SIG_IGN
-    })
-}
-
-/// Reads the signal disposition while Ruby is known to have set it up (extension init).
-pub fn init() {
-    wake_signal_is_handled();
+    };
+    WAKE_SIGNAL_HANDLED.store(handled, Ordering::Release);
 }
 
 struct Call<F, R> {
@@ -186,11 +241,12 @@ where
     let unblock_function: Option<unsafe extern "C" fn(*mut c_void)> =
         if interruptible { Some(unblock) } else { None };
     unsafe {
-        rb_sys::rb_thread_call_without_gvl2(
+        rb_sys::rb_nogvl(
             Some(run_call::<F, R>),
             data,
             unblock_function,
             interrupt,
+            NOGVL_FLAGS,
         );
     }
     call.outcome

@@ -155,17 +155,20 @@ impl LockCore {
         interrupt: &Interrupt,
     ) -> Result<(), LockError> {
         let keys = self.keys(claim.key);
-        let _registration = self.subscriber.register(&keys.lock, interrupt.waker());
+        let _registration = self
+            .subscriber
+            .register(&keys.lock, claim.token, interrupt.waker());
         let mut backoff = Backoff::new(self.retry_interval);
         let mut queued_attempts = 0u32;
         let outcome = (|| loop {
             let attempt = if claim.limit > 1 {
                 self.attempt_shared(claim, interrupt)?
-            } else if claim.fair || queued_attempts > 0 || !self.first_try(claim, interrupt)? {
-                // A fair waiter queues at once; others once they have waited one step, so a
-                // thread that releases and re-acquires in a loop cannot starve them.
+            } else if claim.fair || queued_attempts > 0 || !self.try_acquire(claim, interrupt)? {
+                // Waiters queue: a release hands the lock to the first of them, so a thread that
+                // releases and re-acquires in a loop cannot starve them. A fair waiter queues
+                // without trying first, so it never takes a free lock ahead of the queue.
                 queued_attempts += 1;
-                self.attempt_queued(claim, &keys, claim.fair || queued_attempts > 1, interrupt)?
+                self.attempt_queued(claim, &keys, interrupt)?
             } else {
                 Attempt::Acquired
             };
@@ -188,27 +191,15 @@ impl LockCore {
         outcome
     }
 
-    /// The cheap first attempt of a non-fair waiter: a plain SET NX, exactly as try_acquire.
-    fn first_try(&self, claim: &Claim, interrupt: &Interrupt) -> Result<bool, LockError> {
-        self.try_acquire(claim, interrupt)
-    }
-
     fn attempt_queued(
         &self,
         claim: &Claim,
         keys: &LockKeys,
-        join: bool,
         interrupt: &Interrupt,
     ) -> Result<Attempt, LockError> {
         let ttl = claim.ttl_ms.to_string();
         let heartbeat = HEARTBEAT.as_millis().to_string();
-        let join = if join { "1" } else { "0" };
-        let args: [&[u8]; 4] = [
-            claim.token.as_bytes(),
-            ttl.as_bytes(),
-            join.as_bytes(),
-            heartbeat.as_bytes(),
-        ];
+        let args: [&[u8]; 3] = [claim.token.as_bytes(), ttl.as_bytes(), heartbeat.as_bytes()];
         let reply = self.round_trip(interrupt, |conn, _| {
             WAIT.run::<Vec<i64>>(conn, &keys.all(), &args)
         })?;

@@ -3,8 +3,9 @@
 //! Keys and values reach Lua only through KEYS and ARGV, never by string building. A plain
 //! lock uses three keys: KEYS[1] the lock (a string holding the owner's token), KEYS[2] the
 //! queue of waiters (a sorted set: token -> arrival in microseconds) and KEYS[3] the waiters'
-//! details (a hash: token -> "heartbeat deadline ms:lock ttl ms"). A release is published on
-//! the channel "lock_manager:" .. KEYS[1], which waiting processes subscribe to.
+//! details (a hash: token -> "heartbeat deadline ms:lock ttl ms"). A release that hands the
+//! lock on is published on the channel "lock_manager:" .. KEYS[1] with the new owner's token
+//! (an empty message: "look again, all of you"); waiting processes subscribe to these channels.
 
 use std::sync::LazyLock;
 
@@ -80,17 +81,17 @@ local function dequeue(token)
 end
 
 -- Hands the lock to the first live waiter, for at most `handoff_ms` (a waiter that died before
--- noticing cannot hold the line for long: it extends the lock to its TTL when it takes it), or
--- deletes it. Every waiting process is told either way.
+-- noticing cannot hold the line for long: it extends the lock to its TTL when it takes it), and
+-- tells it; with nobody queued, deletes the lock (every blocking waiter is queued: no one to tell).
 local function release_lock(handoff_ms)
   local head, ttl = live_head()
   if head then
     redis.call('SET', KEYS[1], head, 'PX', math.min(ttl, handoff_ms))
     dequeue(head)
+    redis.call('PUBLISH', 'lock_manager:' .. KEYS[1], head)
   else
     redis.call('DEL', KEYS[1])
   end
-  redis.call('PUBLISH', 'lock_manager:' .. KEYS[1], head or '')
 end
 ";
 
@@ -117,9 +118,10 @@ return 0
     )
 });
 
-/// A waiter's attempt. ARGV: token, lock TTL ms, "1" to join (or stay in) the queue, heartbeat
-/// ms. Takes the lock when it was handed to this token, or when it is free and no live waiter
-/// queued earlier. Returns {1} when held, else {0, the lock's PTTL} (-2: free, another's turn).
+/// A waiter's attempt. ARGV: token, lock TTL ms, heartbeat ms. Takes the lock when it was handed
+/// to this token, or when it is free and no live waiter queued earlier; otherwise joins the
+/// queue (or renews its place). Returns {1} when held, else {0, the lock's PTTL} (-2: free,
+/// another waiter's turn).
 pub static WAIT: LazyLock<LuaScript> = LazyLock::new(|| {
     with_helpers(
         r"
@@ -138,15 +140,13 @@ if not current then
     return {1}
   end
 end
-if ARGV[3] == '1' then
-  local heartbeat = tonumber(ARGV[4])
-  local time = redis.call('TIME')
-  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-  redis.call('ZADD', KEYS[2], 'NX', tonumber(time[1]) * 1000000 + tonumber(time[2]), token)
-  redis.call('HSET', KEYS[3], token, (now + heartbeat) .. ':' .. ttl)
-  redis.call('PEXPIRE', KEYS[2], heartbeat * 2)
-  redis.call('PEXPIRE', KEYS[3], heartbeat * 2)
-end
+local heartbeat = tonumber(ARGV[3])
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call('ZADD', KEYS[2], 'NX', tonumber(time[1]) * 1000000 + tonumber(time[2]), token)
+redis.call('HSET', KEYS[3], token, (now + heartbeat) .. ':' .. ttl)
+redis.call('PEXPIRE', KEYS[2], heartbeat * 2)
+redis.call('PEXPIRE', KEYS[3], heartbeat * 2)
 return {0, redis.call('PTTL', KEYS[1])}
 ",
     )

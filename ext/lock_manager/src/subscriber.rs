@@ -1,9 +1,10 @@
 //! Wake-up on release: one subscriber connection per Locker and process, shared by every
 //! waiting thread.
 //!
-//! The release scripts publish on "lock_manager:<lock key>". A background thread holds one
-//! connection (outside the pool) subscribed to the pattern covering this Locker's prefix, and
-//! wakes the local threads registered for the released key. While it is not subscribed
+//! The release scripts publish on "lock_manager:<lock key>", with the token the lock was handed
+//! to (or nothing: "look again"). A background thread holds one connection (outside the pool)
+//! subscribed to the pattern covering this Locker's prefix, and wakes the local thread that now
+//! holds the lock, or every local thread waiting for that key. While it is not subscribed
 //! (starting, Redis down) waiters fall back to the backoff; it resubscribes by itself and then
 //! wakes everyone, so a release missed meanwhile costs one re-check, not a hang.
 
@@ -24,28 +25,36 @@ const POLL: Duration = Duration::from_millis(500);
 /// Pause between two attempts to (re)subscribe while Redis is unreachable.
 const RESUBSCRIBE_PAUSE: Duration = Duration::from_millis(200);
 
+/// A waiting thread: the token it acquires with, and how to wake it.
+struct Waiting {
+    token: Vec<u8>,
+    waker: Arc<Waker>,
+}
+
 #[derive(Default)]
 struct Shared {
     /// The threads of this process waiting for each lock key.
-    waiters: Mutex<HashMap<Vec<u8>, Vec<Arc<Waker>>>>,
+    waiters: Mutex<HashMap<Vec<u8>, Vec<Waiting>>>,
     listening: AtomicBool,
     stop: AtomicBool,
 }
 
 impl Shared {
-    fn wake(&self, key: &[u8]) {
+    /// Wakes the waiter the lock was handed to, or (empty `token`) every waiter of `key`.
+    fn wake(&self, key: &[u8], token: &[u8]) {
         if let Ok(waiters) = self.waiters.lock() {
             waiters
                 .get(key)
                 .into_iter()
                 .flatten()
-                .for_each(|w| w.wake());
+                .filter(|w| token.is_empty() || w.token == token)
+                .for_each(|w| w.waker.wake());
         }
     }
 
     fn wake_all(&self) {
         if let Ok(waiters) = self.waiters.lock() {
-            waiters.values().flatten().for_each(|w| w.wake());
+            waiters.values().flatten().for_each(|w| w.waker.wake());
         }
     }
 }
@@ -74,7 +83,7 @@ impl Drop for Registration {
     fn drop(&mut self) {
         if let Ok(mut waiters) = self.shared.waiters.lock() {
             if let Some(list) = waiters.get_mut(&self.key) {
-                list.retain(|w| !Arc::ptr_eq(w, &self.waker));
+                list.retain(|w| !Arc::ptr_eq(&w.waker, &self.waker));
                 if list.is_empty() {
                     waiters.remove(&self.key);
                 }
@@ -101,15 +110,15 @@ impl Subscriber {
         }
     }
 
-    /// Registers `waker` for releases of `key` (the full Redis key), starting the listening
-    /// thread on first use in this process.
-    pub fn register(&self, key: &[u8], waker: &Arc<Waker>) -> Registration {
+    /// Registers `waker` for releases of `key` (the full Redis key) to `token`, starting the
+    /// listening thread on first use in this process.
+    pub fn register(&self, key: &[u8], token: &str, waker: &Arc<Waker>) -> Registration {
         let shared = self.listener();
         if let Ok(mut waiters) = shared.waiters.lock() {
-            waiters
-                .entry(key.to_vec())
-                .or_default()
-                .push(Arc::clone(waker));
+            waiters.entry(key.to_vec()).or_default().push(Waiting {
+                token: token.as_bytes().to_vec(),
+                waker: Arc::clone(waker),
+            });
         }
         Registration {
             shared,
@@ -207,7 +216,7 @@ fn listen_once(
             Ok(message) => {
                 let channel: Vec<u8> = message.get_channel().unwrap_or_default();
                 if let Some(key) = channel.strip_prefix(CHANNEL_PREFIX) {
-                    shared.wake(key);
+                    shared.wake(key, message.get_payload_bytes());
                 }
             }
             // Nothing published for a while, or a stray signal: the reply parser keeps its state.
