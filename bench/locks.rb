@@ -10,6 +10,7 @@
 # On a small VM the 1-thread numbers swing with whether client and Redis share a CPU;
 # `taskset -c 0 bundle exec ruby bench/locks.rb` keeps them on one CPU and makes them steady.
 
+require "etc"
 require_relative "../lib/lock_manager"
 require_relative "../spec/support/redis_server"
 require_relative "baseline"
@@ -27,15 +28,23 @@ def now(clock = Process::CLOCK_MONOTONIC)
   Process.clock_gettime(clock)
 end
 
+# CPU seconds redis-server has used so far (user + system), from INFO.
+def redis_cpu
+  REDIS.info("cpu").values_at("used_cpu_user", "used_cpu_sys").sum(&:to_f)
+end
+
 # `threads` threads lock and unlock their own key in a loop for `seconds`.
-# @return [Array(Integer, Float, Float)] cycles, wall seconds, process CPU seconds
+# @return [Array(Integer, Float, Float, Float)] cycles, wall seconds, process CPU seconds,
+#   redis-server CPU seconds
 def run(name, locker, threads, seconds)
   cpu_start = now(Process::CLOCK_PROCESS_CPUTIME_ID)
+  redis_start = redis_cpu
   start = now
   workers = Array.new(threads) do |i|
     Thread.new { cycles(name, locker, "bench:#{Process.pid}:#{name}:#{i}", start + seconds) }
   end
-  [workers.sum(&:value), now - start, now(Process::CLOCK_PROCESS_CPUTIME_ID) - cpu_start]
+  cycles = workers.sum(&:value)
+  [cycles, now - start, now(Process::CLOCK_PROCESS_CPUTIME_ID) - cpu_start, redis_cpu - redis_start]
 end
 
 # @return [Integer] how many lock + empty block + unlock cycles ran before `deadline`
@@ -61,7 +70,7 @@ end
 def compare(url, threads)
   lockers = lockers(url, threads)
   lockers.each { |name, locker| run(name, locker, threads, WARMUP) }
-  totals = lockers.transform_values { [0, 0.0, 0.0] }
+  totals = lockers.transform_values { [0, 0.0, 0.0, 0.0] }
   ROUNDS.times do |round|
     (round.even? ? lockers : lockers.reverse_each).each do |name, locker|
       totals[name] = totals[name].zip(run(name, locker, threads, DURATION / ROUNDS)).map(&:sum)
@@ -70,12 +79,18 @@ def compare(url, threads)
   totals
 end
 
-def ops_per_second((cycles, wall, _cpu))
+def ops_per_second((cycles, wall, *))
   cycles / wall
 end
 
-def cpu_us_per_cycle((cycles, _wall, cpu))
+def cpu_us_per_cycle((cycles, _wall, cpu, _redis))
   cpu / cycles * 1e6
+end
+
+# How many cores the client and redis-server kept busy together: at the machine's core count,
+# throughput is bounded by CPU, not by either implementation's waiting.
+def cores_busy((_cycles, wall, cpu, redis))
+  (cpu + redis) / wall
 end
 
 def row(label, gem, baseline, unit, note = "")
@@ -89,12 +104,11 @@ url = ENV.fetch("REDIS_URL") do
   at_exit { server.shutdown }
   server.url
 end
-redis = Redis.new(url: url)
+REDIS = Redis.new(url: url)
 puts "ruby:         #{RUBY_DESCRIPTION}"
-puts "redis-server: #{redis.info("server")["redis_version"]} (#{ENV["REDIS_URL"] ? "REDIS_URL" : "throwaway"})"
-puts "date:         #{Time.now.strftime("%F %T %z")}"
+puts "redis-server: #{REDIS.info("server")["redis_version"]} (#{ENV["REDIS_URL"] ? "REDIS_URL" : "throwaway"})"
+puts "date:         #{Time.now.strftime("%F %T %z")}, #{Etc.nprocessors} cores"
 puts "#{DURATION} s per measurement in #{ROUNDS} alternating rounds, after #{WARMUP} s of warm-up"
-redis.close
 
 puts "", format("%<workload>-31s %<gem>15s %<baseline>15s %<ratio>12s",
                 workload: "workload", gem: "gem", baseline: "baseline", ratio: "gem/baseline")
@@ -106,6 +120,7 @@ begin
     ratios[threads] = ops_per_second(gem) / ops_per_second(baseline)
     puts row("nonblocking_lock, #{threads} thread#{"s" if threads > 1}",
              ops_per_second(gem), ops_per_second(baseline), "ops/s")
+    puts row("  cores busy (client + redis)", cores_busy(gem), cores_busy(baseline), "cores")
     next unless threads == 1
 
     cpu_ratio = cpu_us_per_cycle(gem) / cpu_us_per_cycle(baseline)
