@@ -63,7 +63,7 @@ module LockManager
 
     # @return [Lock, nil] nil when someone else holds the lock
     def try_lock(key, timeout: DEFAULT_TIMEOUT)
-      key = Arguments.key(key)
+      key = Arguments.key(key).dup.freeze # the Lock keeps it: the caller may change theirs
       token = native_try_acquire(key, Arguments.milliseconds(timeout, :timeout))
       token && Lock.new(self, key, token)
     end
@@ -71,7 +71,7 @@ module LockManager
     # @return [Lock]
     # @raise [LockNotAcquired] when the lock stays held for `timeout` seconds
     def lock(key, timeout: DEFAULT_TIMEOUT, fair: fair?)
-      key = Arguments.key(key)
+      key = Arguments.key(key).dup.freeze # the Lock keeps it: the caller may change theirs
       ttl = Arguments.milliseconds(timeout, :timeout)
       Lock.new(self, key, native_acquire(key, ttl, ttl / 1000.0, Arguments.boolean(fair, :fair)))
     end
