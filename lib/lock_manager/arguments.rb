@@ -59,6 +59,14 @@ module LockManager
       value
     end
 
+    ON_LOST = %i[warn raise].freeze
+
+    def on_lost(value, name)
+      return value if ON_LOST.include?(value)
+
+      raise ArgumentError, "#{name} must be :warn or :raise, got #{value.inspect}"
+    end
+
     def string(value, name)
       raise ArgumentError, "#{name} must be a String, got #{value.inspect}" unless value.is_a?(String)
 

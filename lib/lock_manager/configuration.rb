@@ -5,11 +5,13 @@ require "logger"
 module LockManager
   # Settings of the shared Locker (and defaults of every Locker.new).
   class Configuration
-    SETTINGS = %i[redis_url pool_size pool_timeout key_prefix connect_timeout read_timeout retry_interval fair].freeze
+    SETTINGS = %i[
+      redis_url pool_size pool_timeout key_prefix connect_timeout read_timeout retry_interval fair on_lost
+    ].freeze
 
     attr_writer :redis_url
     attr_accessor :pool_size, :pool_timeout, :key_prefix, :connect_timeout, :read_timeout, :retry_interval, :fair,
-                  :logger
+                  :on_lost, :logger
 
     def initialize
       @redis_url = ENV.fetch("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -20,6 +22,7 @@ module LockManager
       @read_timeout = 1.0
       @retry_interval = 0.1
       @fair = false # blocking waiters take the lock in arrival order (see Locker#blocking_lock)
+      @on_lost = :warn # a lock that expired while its block ran: :warn (log it) or :raise (LockLost)
       @logger = Logger.new($stderr, progname: "lock_manager", level: Logger::WARN)
     end
 
@@ -45,7 +48,8 @@ module LockManager
     # How each setting is checked (see Arguments).
     CHECKS = {
       redis_url: :redis_url, pool_size: :positive_integer, pool_timeout: :seconds, key_prefix: :string,
-      connect_timeout: :seconds, read_timeout: :seconds, retry_interval: :seconds, fair: :boolean
+      connect_timeout: :seconds, read_timeout: :seconds, retry_interval: :seconds, fair: :boolean,
+      on_lost: :on_lost
     }.freeze
 
     # @return [Hash] the same options, checked

@@ -21,8 +21,38 @@ module LockManager
     end
   end
 
-  # Redis is unreachable, reset the connection, or did not answer within read_timeout.
+  # Redis is unreachable or reset the connection.
   class ConnectionError < Error; end
+
+  # Redis did not answer within read_timeout. Whether the command ran is unknown: an acquire
+  # that timed out is undone (compare-and-delete with its token) before this is raised.
+  class TimeoutError < ConnectionError; end
+
+  # Redis refused the credentials of redis_url (WRONGPASS, NOAUTH). Not retried.
+  class AuthenticationError < Error; end
+
+  # The Redis user of redis_url may not run the lock's commands on its keys (NOPERM).
+  class PermissionError < Error; end
+
+  # Redis is out of memory and refuses writes (OOM, with maxmemory and noeviction).
+  class OutOfMemoryError < Error; end
+
+  # The lock expired while its block ran (it outlived `timeout`) and may have been taken by
+  # another holder: the block did run, without exclusion for part of the time. Raised after
+  # the block when on_lost is :raise.
+  class LockLost < Error
+    attr_reader :key, :value, :ran_for
+
+    # @param value the block's value
+    # @param ran_for [Float] seconds the block ran
+    def initialize(key = nil, value: nil, ran_for: nil, timeout: nil)
+      @key = key
+      @value = value
+      @ran_for = ran_for
+      super("lock #{key.inspect} was lost while its block ran: the block ran #{format("%.3f", ran_for.to_f)}s, " \
+            "longer than its timeout of #{timeout}s, and the lock had expired when released")
+    end
+  end
 
   # No pooled connection became free within pool_timeout.
   class PoolTimeout < Error; end

@@ -41,11 +41,10 @@ module LockManager
     # Runs the block only if the lock is free right now.
     # @param limit [Integer] how many callers may hold the key at once (1: a plain lock)
     # @return [Result] run? is false (and the block skipped) when the lock is taken
-    def nonblocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1)
-      key, ttl, limit = lock_arguments(key, timeout, limit) { block_given? }
-      value = nil
-      ran = native_synchronize(key, ttl, nil, limit, false) { value = yield }
-      Result.new(ran, value)
+    def nonblocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, &block)
+      key, ttl, limit = lock_arguments(key, timeout, limit) { block }
+      held, value = synchronize(key, ttl, nil, limit, false, &block)
+      held.nil? ? Result.new(false) : Result.new(true, value, lost: !held)
     end
 
     # Waits up to `timeout` seconds for the lock, then runs the block. The wait is woken by the
@@ -54,10 +53,9 @@ module LockManager
     # @param fair [Boolean] waiters take the lock in arrival order, across threads and processes
     # @return the block's value
     # @raise [LockNotAcquired] when the lock stays taken for the whole wait
-    def blocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, fair: fair?)
-      key, ttl, limit = lock_arguments(key, timeout, limit) { block_given? }
-      value = nil
-      native_synchronize(key, ttl, ttl / 1000.0, limit, Arguments.boolean(fair, :fair)) { value = yield }
+    def blocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, fair: fair?, &block)
+      key, ttl, limit = lock_arguments(key, timeout, limit) { block }
+      _, value = synchronize(key, ttl, ttl / 1000.0, limit, Arguments.boolean(fair, :fair), &block)
       value
     end
 
@@ -95,6 +93,27 @@ module LockManager
     end
 
     private
+
+    # Runs the block under the lock; a lock lost meanwhile is reported as on_lost says.
+    # @return [Array(Boolean, Object)] nil (not acquired), true (released) or false (lost), and
+    #   the block's value
+    def synchronize(key, ttl, wait, limit, fair)
+      value = started = nil
+      held = native_synchronize(key, ttl, wait, limit, fair) do
+        started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        value = yield
+      end
+      lost(key, ttl, started, value) if held == false
+      [held, value]
+    end
+
+    def lost(key, ttl, started, value)
+      ran_for = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+      error = LockLost.new(key, value: value, ran_for: ran_for, timeout: ttl / 1000.0)
+      raise error if @settings[:on_lost] == :raise
+
+      LockManager.logger&.warn(error.message)
+    end
 
     # @return [Array] key bytes, TTL in ms, limit
     def lock_arguments(key, timeout, limit)

@@ -5,9 +5,10 @@ module LockManager
   class Result
     attr_reader :result
 
-    def initialize(run, result = nil)
+    def initialize(run, result = nil, lost: false)
       @run = run
       @result = result
+      @lost = lost
     end
 
     # @return [Boolean] true if the lock was free and the block ran
@@ -15,8 +16,14 @@ module LockManager
       @run
     end
 
+    # @return [Boolean] true if the lock expired while the block ran (it outlived `timeout`):
+    #   another holder may have run at the same time
+    def lost?
+      @lost
+    end
+
     def inspect
-      "#<#{self.class} run?=#{@run} result=#{@result.inspect}>"
+      "#<#{self.class} run?=#{@run} lost?=#{@lost} result=#{@result.inspect}>"
     end
   end
 end

@@ -147,12 +147,14 @@ RSpec.describe "Connections and the pool" do
     expect(error).to be_a(LockManager::Error)
   end
 
-  it "reports a wrong password as ConnectionError without repeating it" do
+  it "reports a wrong password as AuthenticationError, at once, without repeating it" do
     secured = RedisServer.new(password: "right-one").start
     l = LockManager::Locker.new(redis_url: secured.url(password: "wrong-one"))
-    expect { l.locked?("k") }.to raise_error(LockManager::ConnectionError) { |e|
-      expect(e.message).not_to include("wrong-one", "right-one")
-    }
+    error, took = timed_error(LockManager::AuthenticationError) { l.locked?("k") }
+    expect(error.message).to include("credentials").and include("127.0.0.1:#{secured.port}")
+    expect(error.message).not_to include("wrong-one")
+    expect(error.message).not_to include("right-one")
+    expect(took).to be < 0.5
   ensure
     secured&.shutdown
   end

@@ -8,8 +8,18 @@ use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum LockError {
-    /// Redis could not be reached, dropped the connection, or did not answer in time.
-    Connection { addr: String, cause: String },
+    /// Redis could not be reached, dropped the connection, or (`timed_out`) did not answer in time.
+    Connection {
+        addr: String,
+        cause: String,
+        timed_out: bool,
+    },
+    /// Redis refused our credentials (WRONGPASS, NOAUTH): retrying will not help.
+    Authentication { addr: String, cause: String },
+    /// The Redis user may not run our commands on these keys (NOPERM).
+    Permission { addr: String, reply: String },
+    /// Redis is out of memory and refuses writes (OOM).
+    OutOfMemory { addr: String, reply: String },
     /// Every pooled connection stayed checked out for the whole `pool_timeout`.
     PoolTimeout { waited: Duration, size: u32 },
     /// The lock stayed held by someone else until the deadline passed.
@@ -29,6 +39,7 @@ impl LockError {
         LockError::Connection {
             addr: addr.to_owned(),
             cause: cause.to_string(),
+            timed_out: false,
         }
     }
 }
@@ -36,8 +47,23 @@ impl LockError {
 impl fmt::Display for LockError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            LockError::Connection { addr, cause } => {
+            LockError::Connection { addr, cause, .. } => {
                 write!(f, "cannot talk to Redis at {addr}: {cause}")
+            }
+            LockError::Authentication { addr, cause } => {
+                write!(
+                    f,
+                    "Redis at {addr} refused the credentials of redis_url: {cause}"
+                )
+            }
+            LockError::Permission { addr, reply } => {
+                write!(
+                    f,
+                    "the Redis user of redis_url may not lock here ({addr}): {reply}"
+                )
+            }
+            LockError::OutOfMemory { addr, reply } => {
+                write!(f, "Redis at {addr} is out of memory: {reply}")
             }
             LockError::PoolTimeout { waited, size } => write!(
                 f,

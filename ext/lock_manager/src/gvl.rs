@@ -150,7 +150,11 @@ impl Interrupt {
     /// Called by Ruby on Thread#raise, Thread#kill, Ctrl-C...; on Linux possibly from a signal
     /// handler, so only atomics and async-signal-safe system calls here.
     fn raise(&self) {
-        self.raised.store(true, Ordering::Release);
+        // Once is enough: later raises (a second Thread#raise) would only cut short the
+        // clean-up the thread is doing after the first (leaving the queue, undoing an acquire).
+        if self.raised.swap(true, Ordering::AcqRel) {
+            return;
+        }
         self.waker.wake();
         // A thread blocked in recv() on a Redis socket only wakes for a signal. Ruby itself
         // uses SIGVTALRM, with a no-op handler installed without SA_RESTART, for this.

@@ -8,7 +8,9 @@ use redis::{RedisError, Value};
 use crate::error::LockError;
 use crate::gvl::Interrupt;
 use crate::pool::{is_signalled, Pool, PoolSettings, STRAY_SIGNAL_RETRIES};
-use crate::scripts::{ACQUIRE, ACQUIRE_SHARED, LEAVE, REFRESH, RELEASE, RELEASE_SHARED, WAIT};
+use crate::scripts::{
+    LuaScript, ACQUIRE, ACQUIRE_SHARED, LEAVE, REFRESH, RELEASE, RELEASE_SHARED, WAIT,
+};
 use crate::subscriber::Subscriber;
 use crate::wait::{next_pause, Backoff, HEARTBEAT};
 
@@ -46,6 +48,13 @@ impl LockKeys {
     fn all(&self) -> [&[u8]; 3] {
         [&self.lock, &self.queue, &self.waiters]
     }
+}
+
+/// What undoes a command whose reply was cut short (an interrupt, a timeout): it may still run.
+struct Undo<'a> {
+    script: &'a LuaScript,
+    keys: &'a [&'a [u8]],
+    args: &'a [&'a [u8]],
 }
 
 /// What one attempt found.
@@ -112,14 +121,18 @@ impl LockCore {
                 .attempt_shared(claim, interrupt)
                 .map(|a| matches!(a, Attempt::Acquired));
         }
-        let redis_key = self.redis_key(claim.key);
+        let keys = self.keys(claim.key);
         let ttl = claim.ttl_ms.to_string();
-        let mut sent = false;
-        let acquired = self.round_trip(interrupt, |conn, attempt| {
-            sent = true;
+        let handoff = HEARTBEAT.as_millis().to_string();
+        let undo = Undo {
+            script: &RELEASE,
+            keys: &keys.all(),
+            args: &[claim.token.as_bytes(), handoff.as_bytes()],
+        };
+        self.round_trip(interrupt, Some(&undo), |conn, attempt| {
             if attempt == 0 {
                 redis::cmd("SET")
-                    .arg(&redis_key)
+                    .arg(&keys.lock)
                     .arg(claim.token)
                     .arg("NX")
                     .arg("PX")
@@ -131,17 +144,12 @@ impl LockCore {
                 ACQUIRE
                     .run::<i64>(
                         conn,
-                        &[&redis_key],
+                        &[&keys.lock],
                         &[claim.token.as_bytes(), ttl.as_bytes()],
                     )
                     .map(|taken| taken == 1)
             }
-        });
-        if sent && acquired == Err(LockError::Interrupted) {
-            // The SET may have landed just as the interrupt came: never leave that lock behind.
-            let _ = self.release(claim.key, claim.token, 1, &Interrupt::for_current_thread());
-        }
-        acquired
+        })
     }
 
     /// Waits until `claim.token` holds the lock or `deadline` passes. Woken by releases
@@ -200,7 +208,12 @@ impl LockCore {
         let ttl = claim.ttl_ms.to_string();
         let heartbeat = HEARTBEAT.as_millis().to_string();
         let args: [&[u8]; 3] = [claim.token.as_bytes(), ttl.as_bytes(), heartbeat.as_bytes()];
-        let reply = self.round_trip(interrupt, |conn, _| {
+        let undo = Undo {
+            script: &LEAVE,
+            keys: &keys.all(),
+            args: &[claim.token.as_bytes(), heartbeat.as_bytes()],
+        };
+        let reply = self.round_trip(interrupt, Some(&undo), |conn, _| {
             WAIT.run::<Vec<i64>>(conn, &keys.all(), &args)
         })?;
         Ok(attempt_from(&reply))
@@ -211,7 +224,12 @@ impl LockCore {
         let ttl = claim.ttl_ms.to_string();
         let limit = claim.limit.to_string();
         let args: [&[u8]; 3] = [claim.token.as_bytes(), ttl.as_bytes(), limit.as_bytes()];
-        let reply = self.round_trip(interrupt, |conn, _| {
+        let undo = Undo {
+            script: &RELEASE_SHARED,
+            keys: &[&redis_key],
+            args: &[claim.token.as_bytes()],
+        };
+        let reply = self.round_trip(interrupt, Some(&undo), |conn, _| {
             ACQUIRE_SHARED.run::<Vec<i64>>(conn, &[&redis_key], &args)
         })?;
         Ok(attempt_from(&reply))
@@ -221,7 +239,7 @@ impl LockCore {
     fn leave(&self, keys: &LockKeys, token: &str) -> Result<(), LockError> {
         let handoff = HEARTBEAT.as_millis().to_string();
         let args: [&[u8]; 2] = [token.as_bytes(), handoff.as_bytes()];
-        self.round_trip(&Interrupt::for_current_thread(), |conn, _| {
+        self.round_trip(&Interrupt::for_current_thread(), None, |conn, _| {
             LEAVE.run::<Value>(conn, &keys.all(), &args)
         })
         .map(|_| ())
@@ -238,7 +256,7 @@ impl LockCore {
     ) -> Result<bool, LockError> {
         let keys = self.keys(key);
         let handoff = HEARTBEAT.as_millis().to_string();
-        self.round_trip(interrupt, |conn, _| {
+        self.round_trip(interrupt, None, |conn, _| {
             if limit > 1 {
                 RELEASE_SHARED.run::<i64>(conn, &[&keys.lock], &[token.as_bytes()])
             } else {
@@ -258,7 +276,7 @@ impl LockCore {
     ) -> Result<bool, LockError> {
         let redis_key = self.redis_key(key);
         let ttl = ttl_ms.to_string();
-        self.round_trip(interrupt, |conn, _| {
+        self.round_trip(interrupt, None, |conn, _| {
             REFRESH
                 .run::<i64>(conn, &[&redis_key], &[token.as_bytes(), ttl.as_bytes()])
                 .map(|renewed| renewed == 1)
@@ -268,7 +286,7 @@ impl LockCore {
     /// Whether `token` holds the lock right now.
     pub fn owned(&self, key: &[u8], token: &str, interrupt: &Interrupt) -> Result<bool, LockError> {
         let redis_key = self.redis_key(key);
-        self.round_trip(interrupt, |conn, _| {
+        self.round_trip(interrupt, None, |conn, _| {
             redis::cmd("GET")
                 .arg(&redis_key)
                 .query::<Option<Vec<u8>>>(conn)
@@ -279,7 +297,7 @@ impl LockCore {
     /// Whether anyone holds the lock right now.
     pub fn locked(&self, key: &[u8], interrupt: &Interrupt) -> Result<bool, LockError> {
         let redis_key = self.redis_key(key);
-        self.round_trip(interrupt, |conn, _| {
+        self.round_trip(interrupt, None, |conn, _| {
             redis::cmd("EXISTS")
                 .arg(&redis_key)
                 .query::<i64>(conn)
@@ -289,10 +307,13 @@ impl LockCore {
 
     /// Runs `command` on a pooled connection. After a dropped connection it retries once on
     /// another, and keeps retrying while it only meets pooled connections that went stale
-    /// (Redis restarted since they were last used), at most once per pooled connection.
+    /// (Redis restarted since they were last used), at most once per pooled connection. When
+    /// the reply was cut short (interrupt, timeout) the command may still run: `undo` is then
+    /// sent on the same connection, so that Redis runs it after the command, never before.
     fn round_trip<T>(
         &self,
         interrupt: &Interrupt,
+        undo: Option<&Undo>,
         mut command: impl FnMut(&mut redis::Connection, u32) -> Result<T, RedisError>,
     ) -> Result<T, LockError> {
         let retry_limit = self.pool.settings().pool_size + 1;
@@ -310,6 +331,10 @@ impl LockCore {
             };
             let failure = classify(error, interrupt);
             conn.poisoned = !matches!(failure, Failure::Refused(_));
+            if let (Failure::Interrupted | Failure::Unusable(_), Some(undo)) = (&failure, undo) {
+                undo.script
+                    .send_after(&mut conn.redis, undo.keys, undo.args);
+            }
             match failure {
                 Failure::Dropped(_) if attempt == 0 || (conn.reused && attempt < retry_limit) => {
                     attempt += 1;
@@ -322,26 +347,34 @@ impl LockCore {
                     return Err(self.connection_error(&error));
                 }
                 Failure::Interrupted => return Err(LockError::Interrupted),
-                Failure::Refused(error) => {
-                    return Err(LockError::Server {
-                        addr: self.pool.addr().to_owned(),
-                        reply: error.to_string(),
-                    })
-                }
+                Failure::Refused(error) => return Err(refusal(self.pool.addr(), &error)),
             }
         }
     }
 
     fn connection_error(&self, error: &RedisError) -> LockError {
-        let cause = if error.is_timeout() {
-            format!(
+        if !error.is_timeout() {
+            return LockError::connection(self.pool.addr(), error);
+        }
+        LockError::Connection {
+            addr: self.pool.addr().to_owned(),
+            cause: format!(
                 "no reply within read_timeout ({:.3}s)",
                 self.pool.settings().read_timeout.as_secs_f64()
-            )
-        } else {
-            error.to_string()
-        };
-        LockError::connection(self.pool.addr(), cause)
+            ),
+            timed_out: true,
+        }
+    }
+}
+
+/// An error reply, by its code: each kind the caller can act on has its own error.
+fn refusal(addr: &str, error: &RedisError) -> LockError {
+    let (addr, reply) = (addr.to_owned(), error.to_string());
+    match error.code() {
+        Some("NOPERM") => LockError::Permission { addr, reply },
+        Some("OOM") => LockError::OutOfMemory { addr, reply },
+        Some("WRONGPASS" | "NOAUTH") => LockError::Authentication { addr, cause: reply },
+        _ => LockError::Server { addr, reply },
     }
 }
 

@@ -61,7 +61,9 @@ impl Locker {
     }
 
     /// Runs the block while holding the lock, as one of at most `limit` holders (1: the plain
-    /// lock); false when the lock was taken and `wait` is nil. `fair`: waiters queue in order.
+    /// lock). `fair`: waiters queue in order. Returns nil when the lock was taken (and `wait` is
+    /// nil), true when the block ran and the lock was released, false when the block ran but the
+    /// lock was lost meanwhile (it expired: the release found another token, or none).
     #[allow(clippy::too_many_arguments)]
     pub fn synchronize(
         ruby: &Ruby,
@@ -71,36 +73,25 @@ impl Locker {
         wait: Option<f64>,
         limit: u32,
         fair: bool,
-    ) -> Result<bool, Error> {
+    ) -> Result<Option<bool>, Error> {
         let core = &rb_self.core;
         let key_bytes = copy_bytes(key);
-        let token = new_token();
         let limit = limit.max(1);
-        let claim = Claim {
-            key: &key_bytes,
-            token: &token,
-            ttl_ms,
-            limit,
-            fair,
+        let Some(token) = acquire_token(ruby, core, key, &key_bytes, ttl_ms, limit, fair, wait)?
+        else {
+            return Ok(None);
         };
-        let acquired = match wait {
-            None => blocking(ruby, key, |i| core.try_acquire(&claim, i))?,
-            Some(seconds) => {
-                let (started, deadline) = deadline_after(seconds);
-                blocking(ruby, key, |i| {
-                    core.acquire_until(&claim, started, deadline, i)
-                })?;
-                true
-            }
-        };
-        if !acquired {
-            return Ok(false);
-        }
         let outcome = ruby.yield_value::<(), Value>(());
         let released =
             gvl::without_gvl_to_completion(|i| core.release(&key_bytes, &token, limit, i));
-        report_release(ruby, key, released);
-        outcome.map(|_| true)
+        let held_to_the_end = match released {
+            Ok(held) => held,
+            Err(error) => {
+                report_release(ruby, key, error);
+                true // unknown: Redis did not say; the lock expires by its TTL
+            }
+        };
+        outcome.map(|_| Some(held_to_the_end))
     }
 
     /// One attempt: the new token, or nil when someone else holds the lock.
@@ -112,18 +103,10 @@ impl Locker {
     ) -> Result<Option<String>, Error> {
         let core = &rb_self.core;
         let key_bytes = copy_bytes(key);
-        let token = new_token();
-        let claim = Claim {
-            key: &key_bytes,
-            token: &token,
-            ttl_ms,
-            limit: 1,
-            fair: false,
-        };
-        if !blocking(ruby, key, |i| core.try_acquire(&claim, i))? {
-            return Ok(None);
+        match acquire_token(ruby, core, key, &key_bytes, ttl_ms, 1, false, None)? {
+            Some(token) => hand_over(ruby, core, &key_bytes, token).map(Some),
+            None => Ok(None),
         }
-        hand_over(ruby, core, &key_bytes, token).map(Some)
     }
 
     /// Waits up to `wait` seconds; the new token, or raises LockNotAcquired.
@@ -137,18 +120,8 @@ impl Locker {
     ) -> Result<String, Error> {
         let core = &rb_self.core;
         let key_bytes = copy_bytes(key);
-        let token = new_token();
-        let claim = Claim {
-            key: &key_bytes,
-            token: &token,
-            ttl_ms,
-            limit: 1,
-            fair,
-        };
-        let (started, deadline) = deadline_after(wait);
-        blocking(ruby, key, |i| {
-            core.acquire_until(&claim, started, deadline, i)
-        })?;
+        let token = acquire_token(ruby, core, key, &key_bytes, ttl_ms, 1, fair, Some(wait))?
+            .expect("a blocking acquire returns a token or raises");
         hand_over(ruby, core, &key_bytes, token)
     }
 
@@ -193,6 +166,41 @@ impl Locker {
     }
 }
 
+/// Acquires `key`: once (`wait` nil: `None` when taken) or waiting up to `wait` seconds. Each
+/// attempt after a Ruby interrupt that raised nothing (Thread#wakeup) gets a fresh token: the
+/// undo of an attempt cut short may still reach Redis, and must not release a later one.
+#[allow(clippy::too_many_arguments)]
+fn acquire_token(
+    ruby: &Ruby,
+    core: &LockCore,
+    key: RString,
+    key_bytes: &[u8],
+    ttl_ms: u64,
+    limit: u32,
+    fair: bool,
+    wait: Option<f64>,
+) -> Result<Option<String>, Error> {
+    let deadline = wait.map(deadline_after);
+    let mut token = String::new();
+    let acquired = blocking(ruby, key, |interrupt| {
+        token = new_token();
+        let claim = Claim {
+            key: key_bytes,
+            token: &token,
+            ttl_ms,
+            limit,
+            fair,
+        };
+        match deadline {
+            None => core.try_acquire(&claim, interrupt),
+            Some((started, deadline)) => core
+                .acquire_until(&claim, started, deadline, interrupt)
+                .map(|()| true),
+        }
+    })?;
+    Ok(acquired.then_some(token))
+}
+
 /// Runs `work` without the GVL until it finishes. When Ruby interrupts it, Ruby's own
 /// exception (Timeout::Error, Interrupt, a kill) is raised here, after Rust cleaned up; an
 /// interrupt that raises nothing (Thread#wakeup) lets the work resume.
@@ -219,17 +227,10 @@ fn hand_over(ruby: &Ruby, core: &LockCore, key: &[u8], token: String) -> Result<
     Ok(token)
 }
 
-/// A release after the block cannot change what the block did: problems are logged by the
-/// Ruby layer (`LockManager.report_release`), never raised over the block's own outcome.
-fn report_release(ruby: &Ruby, key: RString, released: Result<bool, LockError>) {
-    let problem = match released {
-        Ok(true) => return,
-        Ok(false) => {
-            "the lock had expired (the block ran longer than timeout) and was not released"
-                .to_string()
-        }
-        Err(error) => format!("{error}; the lock expires after its timeout"),
-    };
+/// A release that failed after the block cannot change what the block did: it is logged by
+/// the Ruby layer (`LockManager.report_release`), never raised over the block's own outcome.
+fn report_release(ruby: &Ruby, key: RString, error: LockError) {
+    let problem = format!("{error}; the lock expires after its timeout");
     let reported = ruby
         .class_object()
         .const_get::<_, RModule>("LockManager")

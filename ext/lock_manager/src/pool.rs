@@ -48,7 +48,8 @@ pub struct Conn {
 struct Health {
     failed_connects: AtomicU64,
     down: AtomicBool,
-    last_failure: Mutex<String>,
+    /// Why the last connection attempt failed, and whether Redis refused our credentials.
+    last_failure: Mutex<(String, bool)>,
 }
 
 pub struct Manager {
@@ -76,7 +77,7 @@ impl ManageConnection for Manager {
             Ok(_) => self.health.down.store(false, Ordering::Release),
             Err(error) => {
                 if let Ok(mut last) = self.health.last_failure.lock() {
-                    *last = if error.is_timeout() {
+                    let cause = if error.is_timeout() {
                         format!(
                             "no answer within connect_timeout ({:.3}s)",
                             self.connect_timeout.as_secs_f64()
@@ -84,6 +85,7 @@ impl ManageConnection for Manager {
                     } else {
                         error.to_string()
                     };
+                    *last = (cause, is_authentication(error));
                 }
                 self.health.down.store(true, Ordering::Release);
                 self.health.failed_connects.fetch_add(1, Ordering::AcqRel);
@@ -223,16 +225,32 @@ impl Pool {
             let known_down = process.health.down.load(Ordering::Acquire)
                 && waited >= self.settings.connect_timeout;
             if failed_for_us || known_down {
-                return Err(LockError::connection(
-                    &self.addr,
-                    last_failure(&process.health),
-                ));
+                return Err(self.connect_error(&process.health));
             }
             if Instant::now() >= deadline {
                 return Err(LockError::PoolTimeout {
                     waited,
                     size: self.settings.pool_size,
                 });
+            }
+        }
+    }
+
+    /// Why connecting failed: a refusal of our credentials, or Redis being unreachable.
+    fn connect_error(&self, health: &Health) -> LockError {
+        let (cause, authentication) = health
+            .last_failure
+            .lock()
+            .map(|last| last.clone())
+            .unwrap_or_else(|_| ("connection failed".into(), false));
+        let addr = self.addr.clone();
+        if authentication {
+            LockError::Authentication { addr, cause }
+        } else {
+            LockError::Connection {
+                addr,
+                cause,
+                timed_out: false,
             }
         }
     }
@@ -314,12 +332,9 @@ fn connector_threads() -> Arc<ScheduledThreadPool> {
     fresh
 }
 
-fn last_failure(health: &Health) -> String {
-    health
-        .last_failure
-        .lock()
-        .map(|s| s.clone())
-        .unwrap_or_else(|_| "connection failed".into())
+fn is_authentication(error: &RedisError) -> bool {
+    error.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(error.code(), Some("WRONGPASS" | "NOAUTH"))
 }
 
 fn display_addr(addr: &ConnectionAddr) -> String {

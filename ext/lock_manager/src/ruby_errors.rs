@@ -12,19 +12,24 @@ const KEY_PREVIEW_CHARS: usize = 120;
 
 pub fn to_ruby(ruby: &Ruby, error: LockError, key: RString) -> Error {
     let quoted = quote_key(unsafe { key.as_slice() });
-    let built = match &error {
-        LockError::Connection { .. } => {
-            new_error(ruby, "ConnectionError", format!("lock {quoted}: {error}"))
+    let class = match &error {
+        LockError::NotAcquired { waited } => {
+            return not_acquired(ruby, key, waited.as_secs_f64()).unwrap_or_else(|e| e)
         }
-        LockError::PoolTimeout { .. } => {
-            new_error(ruby, "PoolTimeout", format!("lock {quoted}: {error}"))
+        LockError::Argument(message) => {
+            return instantiate(ruby.exception_arg_error(), message.clone()).unwrap_or_else(|e| e)
         }
-        LockError::NotAcquired { waited } => not_acquired(ruby, key, waited.as_secs_f64()),
-        LockError::Argument(message) => instantiate(ruby.exception_arg_error(), message.clone()),
-        LockError::Server { .. } | LockError::Interrupted | LockError::Internal(_) => {
-            new_error(ruby, "Error", format!("lock {quoted}: {error}"))
-        }
+        LockError::Connection {
+            timed_out: true, ..
+        } => "TimeoutError",
+        LockError::Connection { .. } => "ConnectionError",
+        LockError::Authentication { .. } => "AuthenticationError",
+        LockError::Permission { .. } => "PermissionError",
+        LockError::OutOfMemory { .. } => "OutOfMemoryError",
+        LockError::PoolTimeout { .. } => "PoolTimeout",
+        LockError::Server { .. } | LockError::Interrupted | LockError::Internal(_) => "Error",
     };
+    let built = new_error(ruby, class, format!("lock {quoted}: {error}"));
     built.unwrap_or_else(|lookup_failure| lookup_failure)
 }
 

@@ -41,6 +41,18 @@ impl LuaScript {
     }
 }
 
+impl LuaScript {
+    /// Writes EVAL of this script on `conn` without waiting for the reply: to undo a command
+    /// cut short on the same connection, which Redis then runs first (connections are served in
+    /// order; another connection's command could overtake it). EVAL, not EVALSHA: no reply
+    /// comes back to tell us about NOSCRIPT.
+    pub fn send_after(&self, conn: &mut redis::Connection, keys: &[&[u8]], args: &[&[u8]]) {
+        let _ = conn.send_packed_command(
+            &eval("EVAL", self.source.as_bytes(), keys, args).get_packed_command(),
+        );
+    }
+}
+
 fn eval(verb: &str, script: &[u8], keys: &[&[u8]], args: &[&[u8]]) -> Cmd {
     let mut cmd = redis::cmd(verb);
     cmd.arg(script).arg(keys.len());
