@@ -8,9 +8,7 @@ use redis::{RedisError, Value};
 use crate::error::LockError;
 use crate::gvl::Interrupt;
 use crate::pool::{is_signalled, Pool, PoolSettings, STRAY_SIGNAL_RETRIES};
-use crate::scripts::{
-    LuaScript, ACQUIRE, ACQUIRE_SHARED, LEAVE, REFRESH, RELEASE, RELEASE_SHARED, WAIT,
-};
+use crate::scripts::{ACQUIRE, ACQUIRE_SHARED, LEAVE, REFRESH, RELEASE, RELEASE_SHARED, WAIT};
 use crate::subscriber::Subscriber;
 use crate::wait::{next_pause, Backoff, HEARTBEAT};
 
@@ -50,12 +48,9 @@ impl LockKeys {
     }
 }
 
-/// What undoes a command whose reply was cut short (an interrupt, a timeout): it may still run.
-struct Undo<'a> {
-    script: &'a LuaScript,
-    keys: &'a [&'a [u8]],
-    args: &'a [&'a [u8]],
-}
+/// What undoes a command whose reply was cut short (an interrupt, a timeout), since it may
+/// still run: it writes the undo on the same connection (see `LuaScript::send_after`).
+type Undo<'a> = &'a dyn Fn(&mut redis::Connection);
 
 /// What one attempt found.
 enum Attempt {
@@ -121,18 +116,21 @@ impl LockCore {
                 .attempt_shared(claim, interrupt)
                 .map(|a| matches!(a, Attempt::Acquired));
         }
-        let keys = self.keys(claim.key);
+        let redis_key = self.redis_key(claim.key);
         let ttl = claim.ttl_ms.to_string();
-        let handoff = HEARTBEAT.as_millis().to_string();
-        let undo = Undo {
-            script: &RELEASE,
-            keys: &keys.all(),
-            args: &[claim.token.as_bytes(), handoff.as_bytes()],
+        let undo = |conn: &mut redis::Connection| {
+            let keys = self.keys(claim.key);
+            let handoff = HEARTBEAT.as_millis().to_string();
+            RELEASE.send_after(
+                conn,
+                &keys.all(),
+                &[claim.token.as_bytes(), handoff.as_bytes()],
+            );
         };
         self.round_trip(interrupt, Some(&undo), |conn, attempt| {
             if attempt == 0 {
                 redis::cmd("SET")
-                    .arg(&keys.lock)
+                    .arg(&redis_key)
                     .arg(claim.token)
                     .arg("NX")
                     .arg("PX")
@@ -144,7 +142,7 @@ impl LockCore {
                 ACQUIRE
                     .run::<i64>(
                         conn,
-                        &[&keys.lock],
+                        &[&redis_key],
                         &[claim.token.as_bytes(), ttl.as_bytes()],
                     )
                     .map(|taken| taken == 1)
@@ -208,10 +206,12 @@ impl LockCore {
         let ttl = claim.ttl_ms.to_string();
         let heartbeat = HEARTBEAT.as_millis().to_string();
         let args: [&[u8]; 3] = [claim.token.as_bytes(), ttl.as_bytes(), heartbeat.as_bytes()];
-        let undo = Undo {
-            script: &LEAVE,
-            keys: &keys.all(),
-            args: &[claim.token.as_bytes(), heartbeat.as_bytes()],
+        let undo = |conn: &mut redis::Connection| {
+            LEAVE.send_after(
+                conn,
+                &keys.all(),
+                &[claim.token.as_bytes(), heartbeat.as_bytes()],
+            );
         };
         let reply = self.round_trip(interrupt, Some(&undo), |conn, _| {
             WAIT.run::<Vec<i64>>(conn, &keys.all(), &args)
@@ -224,10 +224,8 @@ impl LockCore {
         let ttl = claim.ttl_ms.to_string();
         let limit = claim.limit.to_string();
         let args: [&[u8]; 3] = [claim.token.as_bytes(), ttl.as_bytes(), limit.as_bytes()];
-        let undo = Undo {
-            script: &RELEASE_SHARED,
-            keys: &[&redis_key],
-            args: &[claim.token.as_bytes()],
+        let undo = |conn: &mut redis::Connection| {
+            RELEASE_SHARED.send_after(conn, &[&redis_key], &[claim.token.as_bytes()]);
         };
         let reply = self.round_trip(interrupt, Some(&undo), |conn, _| {
             ACQUIRE_SHARED.run::<Vec<i64>>(conn, &[&redis_key], &args)
@@ -313,7 +311,7 @@ impl LockCore {
     fn round_trip<T>(
         &self,
         interrupt: &Interrupt,
-        undo: Option<&Undo>,
+        undo: Option<Undo>,
         mut command: impl FnMut(&mut redis::Connection, u32) -> Result<T, RedisError>,
     ) -> Result<T, LockError> {
         let retry_limit = self.pool.settings().pool_size + 1;
@@ -332,8 +330,7 @@ impl LockCore {
             let failure = classify(error, interrupt);
             conn.poisoned = !matches!(failure, Failure::Refused(_));
             if let (Failure::Interrupted | Failure::Unusable(_), Some(undo)) = (&failure, undo) {
-                undo.script
-                    .send_after(&mut conn.redis, undo.keys, undo.args);
+                undo(&mut conn.redis);
             }
             match failure {
                 Failure::Dropped(_) if attempt == 0 || (conn.reused && attempt < retry_limit) => {

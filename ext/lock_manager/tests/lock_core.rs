@@ -2,6 +2,7 @@
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -12,36 +13,47 @@ struct RedisServer {
     port: u16,
 }
 
+/// Tests run in parallel: picking a free port and binding it must not interleave.
+static STARTING: Mutex<()> = Mutex::new(());
+
 impl RedisServer {
     fn start() -> RedisServer {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH (bin/test installs it)");
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "redis-server did not start"
-            );
-            thread::sleep(Duration::from_millis(10));
+        let _one_at_a_time = STARTING
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        loop {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let mut child = Command::new("redis-server")
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("redis-server on PATH (bin/test installs it)");
+            let started = Instant::now();
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "redis-server did not start"
+                );
+                thread::sleep(Duration::from_millis(10));
+            }
+            // Listening, and ours: a server that lost the port to another process has exited.
+            if child.try_wait().ok().flatten().is_none() {
+                return RedisServer { child, port };
+            }
         }
-        RedisServer { child, port }
     }
 
     fn url(&self) -> String {
