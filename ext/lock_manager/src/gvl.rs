@@ -143,10 +143,6 @@ impl Interrupt {
         }
     }
 
-    pub fn sleep(&self, duration: Duration) -> Result<(), LockError> {
-        self.sleep_until(Instant::now() + duration)
-    }
-
     /// Called by Ruby on Thread#raise, Thread#kill, Ctrl-C...; on Linux possibly from a signal
     /// handler, so only atomics and async-signal-safe system calls here.
     fn raise(&self) {

@@ -4,6 +4,7 @@ mod error;
 mod gvl;
 mod lock;
 mod locker;
+mod per_process;
 mod pool;
 mod ruby_errors;
 mod scripts;

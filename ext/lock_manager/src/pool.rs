@@ -10,13 +10,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwapOption;
 use r2d2::ManageConnection;
 use redis::{ConnectionAddr, IntoConnectionInfo, RedisError};
 use scheduled_thread_pool::ScheduledThreadPool;
 
 use crate::error::LockError;
 use crate::gvl::Interrupt;
+use crate::per_process::PerProcess;
 
 /// How often a waiting checkout looks at its interrupt flag.
 const CHECKOUT_SLICE: Duration = Duration::from_millis(10);
@@ -133,7 +133,6 @@ pub fn is_signalled(error: &RedisError) -> bool {
 
 /// The pool of one process. A forked child must never use its parent's sockets or threads.
 struct ProcessPool {
-    pid: u32,
     pool: r2d2::Pool<Manager>,
     health: Arc<Health>,
 }
@@ -144,7 +143,7 @@ pub struct Pool {
     settings: PoolSettings,
     client: redis::Client,
     addr: String,
-    current: ArcSwapOption<ProcessPool>,
+    current: PerProcess<ProcessPool>,
 }
 
 impl Pool {
@@ -167,7 +166,7 @@ impl Pool {
             settings,
             client,
             addr,
-            current: ArcSwapOption::empty(),
+            current: PerProcess::new(),
         })
     }
 
@@ -186,21 +185,9 @@ impl Pool {
 
     /// The pool of the current process: built on first use, and again after fork.
     fn process_pool(&self) -> Arc<ProcessPool> {
-        let pid = std::process::id();
-        let current = self.current.load_full();
-        if let Some(pool) = current.as_ref().filter(|pool| pool.pid == pid) {
-            return Arc::clone(pool);
-        }
-        let fresh = Arc::new(build(&self.settings, &self.client));
-        let previous = self
-            .current
-            .compare_and_swap(&current, Some(Arc::clone(&fresh)));
-        if same(&previous, &current) {
-            forget_if_inherited(current);
-            fresh
-        } else {
-            self.current.load_full().unwrap_or(fresh)
-        }
+        self.current
+            .get_or_create(|| build(&self.settings, &self.client))
+            .0
     }
 
     /// A connection from the pool: at once when one is idle, else waiting (interruptibly) up to
@@ -262,29 +249,6 @@ impl Pool {
     }
 }
 
-impl Drop for Pool {
-    fn drop(&mut self) {
-        forget_if_inherited(self.current.swap(None));
-    }
-}
-
-/// A parent's pool may hold connections of threads that do not exist after fork, and its
-/// sockets are the parent's: a child never drops it (that could block on its mutexes), it
-/// forgets it.
-fn forget_if_inherited(pool: Option<Arc<ProcessPool>>) {
-    if let Some(pool) = pool.filter(|pool| pool.pid != std::process::id()) {
-        std::mem::forget(pool);
-    }
-}
-
-fn same(a: &Option<Arc<ProcessPool>>, b: &Option<Arc<ProcessPool>>) -> bool {
-    match (a, b) {
-        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-        (None, None) => true,
-        _ => false,
-    }
-}
-
 fn build(settings: &PoolSettings, client: &redis::Client) -> ProcessPool {
     let health = Arc::new(Health::default());
     let manager = Manager {
@@ -303,33 +267,19 @@ fn build(settings: &PoolSettings, client: &redis::Client) -> ProcessPool {
         .error_handler(Box::new(r2d2::NopErrorHandler))
         .thread_pool(connector_threads())
         .build_unchecked(manager);
-    ProcessPool {
-        pid: std::process::id(),
-        pool,
-        health,
-    }
+    ProcessPool { pool, health }
 }
 
 /// The process's connector threads; a forked child starts its own (threads do not survive fork).
 fn connector_threads() -> Arc<ScheduledThreadPool> {
-    static CONNECTORS: ArcSwapOption<(u32, Arc<ScheduledThreadPool>)> =
-        ArcSwapOption::const_empty();
-    let pid = std::process::id();
-    if let Some(current) = CONNECTORS.load_full().filter(|current| current.0 == pid) {
-        return Arc::clone(&current.1);
-    }
-    let fresh = Arc::new(
+    static CONNECTORS: PerProcess<ScheduledThreadPool> = PerProcess::new();
+    let create = || {
         ScheduledThreadPool::builder()
             .num_threads(CONNECTOR_THREADS)
             .thread_name_pattern("lock_manager-connect-{}")
-            .build(),
-    );
-    let previous = CONNECTORS.swap(Some(Arc::new((pid, Arc::clone(&fresh)))));
-    // The parent's threads are gone here; dropping its pool would wait on their mutex.
-    if let Some(previous) = previous.filter(|previous| previous.0 != pid) {
-        std::mem::forget(previous);
-    }
-    fresh
+            .build()
+    };
+    CONNECTORS.get_or_create(create).0
 }
 
 fn is_authentication(error: &RedisError) -> bool {

@@ -14,9 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use arc_swap::ArcSwapOption;
-
 use crate::gvl::Waker;
+use crate::per_process::PerProcess;
 use crate::pool::is_signalled;
 use crate::scripts::CHANNEL_PREFIX;
 
@@ -59,17 +58,12 @@ impl Shared {
     }
 }
 
-/// The listener of one process: a forked child starts its own (threads do not survive fork).
-struct Listener {
-    pid: u32,
-    shared: Arc<Shared>,
-}
-
 pub struct Subscriber {
     client: redis::Client,
     pattern: Vec<u8>,
     connect_timeout: Duration,
-    current: ArcSwapOption<Listener>,
+    /// The listening thread of this process (threads do not survive fork) and its waiters.
+    listener: PerProcess<Shared>,
 }
 
 /// A thread's interest in one key; dropping it unregisters the thread.
@@ -106,14 +100,14 @@ impl Subscriber {
             client,
             pattern,
             connect_timeout,
-            current: ArcSwapOption::empty(),
+            listener: PerProcess::new(),
         }
     }
 
     /// Registers `waker` for releases of `key` (the full Redis key) to `token`, starting the
     /// listening thread on first use in this process.
     pub fn register(&self, key: &[u8], token: &str, waker: &Arc<Waker>) -> Registration {
-        let shared = self.listener();
+        let shared = self.this_process();
         if let Ok(mut waiters) = shared.waiters.lock() {
             waiters.entry(key.to_vec()).or_default().push(Waiting {
                 token: token.as_bytes().to_vec(),
@@ -129,47 +123,28 @@ impl Subscriber {
 
     /// True while releases reach this process: waiters may then wait for them.
     pub fn is_listening(&self) -> bool {
-        self.current.load().as_ref().is_some_and(|l| {
-            l.pid == std::process::id() && l.shared.listening.load(Ordering::Acquire)
-        })
+        self.listener
+            .get()
+            .is_some_and(|shared| shared.listening.load(Ordering::Acquire))
     }
 
-    fn listener(&self) -> Arc<Shared> {
-        let pid = std::process::id();
-        let current = self.current.load_full();
-        if let Some(listener) = current.as_ref().filter(|l| l.pid == pid) {
-            return Arc::clone(&listener.shared);
-        }
-        let shared = Arc::new(Shared::default());
-        let fresh = Arc::new(Listener {
-            pid,
-            shared: Arc::clone(&shared),
-        });
-        let previous = self.current.compare_and_swap(&current, Some(fresh));
-        let won = match (previous.as_ref(), current.as_ref()) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-            (None, None) => true,
-            _ => false,
-        };
-        if !won {
-            return self.listener();
-        }
-        if let Some(inherited) = current.filter(|l| l.pid != pid) {
-            // The parent's listener: its thread does not exist here, its mutex may be held.
-            std::mem::forget(inherited);
-        }
-        let listening = Arc::clone(&shared);
-        let (client, pattern, timeout) = (
-            self.client.clone(),
-            self.pattern.clone(),
-            self.connect_timeout,
-        );
-        let started = thread::Builder::new()
-            .name("lock_manager-subscriber".into())
-            .spawn(move || listen(&listening, &client, &pattern, timeout));
-        if started.is_err() {
-            // No thread: waiters keep to the backoff.
-            shared.stop.store(true, Ordering::Release);
+    /// This process's waiters, starting the listening thread on first use here.
+    fn this_process(&self) -> Arc<Shared> {
+        let (shared, created) = self.listener.get_or_create(Shared::default);
+        if created {
+            let listening = Arc::clone(&shared);
+            let (client, pattern, timeout) = (
+                self.client.clone(),
+                self.pattern.clone(),
+                self.connect_timeout,
+            );
+            let started = thread::Builder::new()
+                .name("lock_manager-subscriber".into())
+                .spawn(move || listen(&listening, &client, &pattern, timeout));
+            if started.is_err() {
+                // No thread: waiters keep to the backoff.
+                shared.stop.store(true, Ordering::Release);
+            }
         }
         shared
     }
@@ -177,12 +152,9 @@ impl Subscriber {
 
 impl Drop for Subscriber {
     fn drop(&mut self) {
-        if let Some(listener) = self.current.swap(None) {
-            if listener.pid == std::process::id() {
-                listener.shared.stop.store(true, Ordering::Release);
-            } else {
-                std::mem::forget(listener);
-            }
+        // The listening thread stops within one poll; an inherited one is forgotten.
+        if let Some(shared) = self.listener.get() {
+            shared.stop.store(true, Ordering::Release);
         }
     }
 }
