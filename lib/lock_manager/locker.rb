@@ -42,7 +42,7 @@ module LockManager
     # @param limit [Integer] how many callers may hold the key at once (1: a plain lock)
     # @return [Result] run? is false (and the block skipped) when the lock is taken
     def nonblocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, &block)
-      key, ttl, limit = lock_arguments(key, timeout, limit) { block }
+      key, ttl, limit = lock_arguments(key, timeout, limit, block)
       held, value = synchronize(key, ttl, nil, limit, false, &block)
       held.nil? ? Result.new(false) : Result.new(true, value, lost: !held)
     end
@@ -54,7 +54,7 @@ module LockManager
     # @return the block's value
     # @raise [LockNotAcquired] when the lock stays taken for the whole wait
     def blocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, fair: fair?, &block)
-      key, ttl, limit = lock_arguments(key, timeout, limit) { block }
+      key, ttl, limit = lock_arguments(key, timeout, limit, block)
       _, value = synchronize(key, ttl, ttl / 1000.0, limit, Arguments.boolean(fair, :fair), &block)
       value
     end
@@ -115,9 +115,9 @@ module LockManager
       LockManager.logger&.warn(error.message)
     end
 
-    # @return [Array] key bytes, TTL in ms, limit
-    def lock_arguments(key, timeout, limit)
-      raise ArgumentError, "a block is required" unless yield
+    # @return [Array] the key, the TTL in ms, the limit
+    def lock_arguments(key, timeout, limit, block)
+      raise ArgumentError, "a block is required" unless block
 
       [Arguments.key(key), Arguments.milliseconds(timeout, :timeout), Arguments.positive_integer(limit, :limit)]
     end
