@@ -34,6 +34,10 @@ module LockManager
       value
     end
 
+    def optional_seconds(value, name)
+      value.nil? ? nil : seconds(value, name)
+    end
+
     # @return [Integer] whole milliseconds, at least 1
     def milliseconds(value, name)
       [(seconds(value, name) * 1000).ceil, 1].max

@@ -6,12 +6,13 @@ module LockManager
   # Settings of the shared Locker (and defaults of every Locker.new).
   class Configuration
     SETTINGS = %i[
-      redis_url pool_size pool_timeout key_prefix connect_timeout read_timeout retry_interval fair on_lost
+      redis_url pool_size pool_timeout key_prefix connect_timeout read_timeout retry_interval fair on_lost renew
+      max_hold
     ].freeze
 
     attr_writer :redis_url
     attr_accessor :pool_size, :pool_timeout, :key_prefix, :connect_timeout, :read_timeout, :retry_interval, :fair,
-                  :on_lost, :logger
+                  :on_lost, :renew, :max_hold, :logger
 
     def initialize
       @redis_url = ENV.fetch("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -23,6 +24,8 @@ module LockManager
       @retry_interval = 0.1
       @fair = false # blocking waiters take the lock in arrival order (see Locker#blocking_lock)
       @on_lost = :warn # a lock that expired while its block ran: :warn (log it) or :raise (LockLost)
+      @renew = false # keep locks alive while their block runs (see Locker#nonblocking_lock)
+      @max_hold = nil # with renew: seconds after which a lock is no longer renewed (nil: no cap)
       @logger = Logger.new($stderr, progname: "lock_manager", level: Logger::WARN)
     end
 
@@ -49,7 +52,7 @@ module LockManager
     CHECKS = {
       redis_url: :redis_url, pool_size: :positive_integer, pool_timeout: :seconds, key_prefix: :string,
       connect_timeout: :seconds, read_timeout: :seconds, retry_interval: :seconds, fair: :boolean,
-      on_lost: :on_lost
+      on_lost: :on_lost, renew: :boolean, max_hold: :optional_seconds
     }.freeze
 
     # @return [Hash] the same options, checked

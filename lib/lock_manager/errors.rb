@@ -37,20 +37,33 @@ module LockManager
   # Redis is out of memory and refuses writes (OOM, with maxmemory and noeviction).
   class OutOfMemoryError < Error; end
 
-  # The lock expired while its block ran (it outlived `timeout`) and may have been taken by
-  # another holder: the block did run, without exclusion for part of the time. Raised after
-  # the block when on_lost is :raise.
+  # The lock expired while its block ran (it outlived `timeout`, or its renewal stopped or failed)
+  # and may have been taken by another holder: the block did run, without exclusion for part of
+  # the time. Raised after the block when on_lost is :raise.
   class LockLost < Error
     attr_reader :key, :value, :ran_for
 
     # @param value the block's value
     # @param ran_for [Float] seconds the block ran
-    def initialize(key = nil, value: nil, ran_for: nil, timeout: nil)
+    # @param max_hold [Float, nil] the renewal's cap, for a lock taken with renew: true
+    def initialize(key = nil, value: nil, ran_for: nil, timeout: nil, renewed: false, max_hold: nil)
       @key = key
       @value = value
       @ran_for = ran_for
       super("lock #{key.inspect} was lost while its block ran: the block ran #{format("%.3f", ran_for.to_f)}s, " \
-            "longer than its timeout of #{timeout}s, and the lock had expired when released")
+            "#{why(timeout, renewed, max_hold)}")
+    end
+
+    private
+
+    def why(timeout, renewed, max_hold)
+      return "longer than its timeout of #{timeout}s, and the lock had expired when released" unless renewed
+      if max_hold && ran_for.to_f >= max_hold
+        return "longer than max_hold (#{max_hold}s): renewal stopped and the lock expired"
+      end
+
+      "and a renewal found the lock expired or held by another (Redis unreachable for its timeout of " \
+        "#{timeout}s, or the key changed)"
     end
   end
 

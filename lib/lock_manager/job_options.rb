@@ -7,11 +7,11 @@ module LockManager
   class JobOptions
     MODES = %w[nonblocking blocking].freeze
     CONFLICTS = %w[skip reschedule raise].freeze
-    NAMES = %w[key timeout on_conflict reschedule_in limit].freeze
+    NAMES = %w[key timeout on_conflict reschedule_in limit renew max_hold].freeze
     DEFAULTS = { "mode" => "nonblocking", "timeout" => 30, "on_conflict" => "skip", "reschedule_in" => 5,
                  "limit" => 1 }.freeze
 
-    attr_reader :mode, :key, :timeout, :on_conflict, :reschedule_in, :limit
+    attr_reader :mode, :key, :timeout, :on_conflict, :reschedule_in, :limit, :renew, :max_hold
 
     # @param options [Hash] symbol or string keys, as given to lock_with or set(lock_manager: ...)
     # @raise [ArgumentError] naming the first bad option
@@ -23,7 +23,12 @@ module LockManager
       @on_conflict = conflict_option(options["on_conflict"], given.key?("on_conflict"))
       @timeout = seconds(options, "timeout")
       @reschedule_in = seconds(options, "reschedule_in")
-      @limit = Arguments.positive_integer(options["limit"], "lock_with limit")
+      @limit, @renew, @max_hold = holding(options)
+    end
+
+    # The options of the lock call: renewal only when lock_with chose (else the configured default).
+    def lock_options
+      { timeout: timeout, limit: limit, renew: renew, max_hold: max_hold }.compact
     end
 
     def blocking?
@@ -34,13 +39,24 @@ module LockManager
     def to_h
       conflict = { "on_conflict" => on_conflict, "reschedule_in" => reschedule_in } unless blocking?
       { "mode" => mode, "key" => (key if key.is_a?(String)), "timeout" => timeout, "limit" => limit,
-        **conflict.to_h }.compact
+        "renew" => renew, "max_hold" => max_hold, **conflict.to_h }.compact
     end
 
     private
 
     def seconds(options, name)
       Arguments.seconds(options[name], "lock_with #{name}")
+    end
+
+    # @return [Array] how many may hold the lock, whether it is renewed (nil: the configured
+    #   default), and for how long at most
+    def holding(options)
+      limit = Arguments.positive_integer(options["limit"], "lock_with limit")
+      renew = options.key?("renew") ? Arguments.boolean(options["renew"], "lock_with renew") : nil
+      max_hold = Arguments.optional_seconds(options["max_hold"], "lock_with max_hold")
+      raise ArgumentError, "lock_with max_hold needs renew: true" if max_hold && !renew
+
+      [limit, renew, max_hold]
     end
 
     def known(options)

@@ -4,17 +4,25 @@ module LockManager
   # A held lock, as returned by Locker#try_lock and Locker#lock. Its token is the UUID this
   # acquisition wrote: every call below acts only while that token still holds the key.
   class Lock
-    attr_reader :key, :token
+    attr_reader :key, :token, :fencing_token
 
-    def initialize(locker, key, token)
+    def initialize(locker, key, token, fencing_token: nil, lease: nil)
       @locker = locker
       @key = key
       @token = token
+      @fencing_token = fencing_token
+      @lease = lease
     end
 
     # @return [Boolean] asks Redis whether this token still holds the key
     def owned?
       @locker.send(:native_owned, @key, @token)
+    end
+
+    # @return [Boolean] true once the renewal (renew: true) found the lock lost; without renew,
+    #   nothing watches the lock: ask #owned?
+    def lost?
+      @lease&.lost? || false
     end
 
     # Resets the lock's validity to `seconds` from now.
@@ -23,13 +31,15 @@ module LockManager
       @locker.send(:native_refresh, @key, @token, Arguments.milliseconds(seconds, :seconds))
     end
 
+    # Stops the renewal, if any, and deletes the lock.
     # @return [Boolean] true if this token still held the lock and deleted it
     def release
+      @lease&.stop
       @locker.send(:native_release, @key, @token)
     end
 
     def inspect
-      "#<#{self.class} key=#{@key.inspect} token=#{@token}>"
+      "#<#{self.class} key=#{@key.inspect} token=#{@token} fencing_token=#{@fencing_token}>"
     end
   end
 end

@@ -27,56 +27,64 @@ module LockManager
         LockManager.locker
       end
 
-      def nonblocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, &block)
-        instance.nonblocking_lock(key, timeout: timeout, limit: limit, &block)
+      def nonblocking_lock(key, **options, &block)
+        instance.nonblocking_lock(key, **options, &block)
       end
 
-      def blocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, fair: instance.fair?, &block)
-        instance.blocking_lock(key, timeout: timeout, limit: limit, fair: fair, &block)
+      def blocking_lock(key, **options, &block)
+        instance.blocking_lock(key, **options, &block)
       end
 
       private :native_new
     end
 
-    # Runs the block only if the lock is free right now.
+    # Runs the block only if the lock is free right now. A block that takes an argument gets the
+    # Result while it runs: its fencing_token, and lost? (which renewal keeps up to date).
+    # @param timeout [Numeric] seconds the lock lives (renewed by `renew: true` while the block runs)
     # @param limit [Integer] how many callers may hold the key at once (1: a plain lock)
+    # @param renew [Boolean] keep the lock alive while the block runs, for `max_hold` seconds at most
     # @return [Result] run? is false (and the block skipped) when the lock is taken
-    def nonblocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, &block)
-      key, ttl, limit = lock_arguments(key, timeout, limit, block)
-      held, value = synchronize(key, ttl, nil, limit, false, &block)
-      held.nil? ? Result.new(false) : Result.new(true, value, lost: !held)
+    def nonblocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, renew: renew?, max_hold: nil, &block)
+      key, ttl, options = lock_arguments(key, timeout, limit, renewal(renew, max_hold), block)
+      synchronize(key, ttl, wait: nil, fair: false, **options, &block) || Result.new(false)
     end
 
     # Waits up to `timeout` seconds for the lock, then runs the block. The wait is woken by the
     # release (in any process), or when the holder's TTL runs out; it does not poll.
     # @param limit [Integer] how many callers may hold the key at once (1: a plain lock)
     # @param fair [Boolean] waiters take the lock in arrival order, across threads and processes
+    # @param renew [Boolean] keep the lock alive while the block runs, for `max_hold` seconds at most
     # @return the block's value
     # @raise [LockNotAcquired] when the lock stays taken for the whole wait
-    def blocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, fair: fair?, &block)
-      key, ttl, limit = lock_arguments(key, timeout, limit, block)
-      _, value = synchronize(key, ttl, ttl / 1000.0, limit, Arguments.boolean(fair, :fair), &block)
-      value
+    def blocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, fair: fair?, renew: renew?, max_hold: nil, &block)
+      key, ttl, options = lock_arguments(key, timeout, limit, renewal(renew, max_hold), block)
+      synchronize(key, ttl, wait: ttl / 1000.0, fair: Arguments.boolean(fair, :fair), **options, &block).result
     end
 
     # @return [Lock, nil] nil when someone else holds the lock
-    def try_lock(key, timeout: DEFAULT_TIMEOUT)
+    def try_lock(key, timeout: DEFAULT_TIMEOUT, renew: renew?, max_hold: nil)
       key = Arguments.key(key).dup.freeze # the Lock keeps it: the caller may change theirs
-      token = native_try_acquire(key, Arguments.milliseconds(timeout, :timeout))
-      token && Lock.new(self, key, token)
+      taken = native_try_acquire(key, Arguments.milliseconds(timeout, :timeout), *renewal(renew, max_hold))
+      taken && handle(key, *taken)
     end
 
     # @return [Lock]
     # @raise [LockNotAcquired] when the lock stays held for `timeout` seconds
-    def lock(key, timeout: DEFAULT_TIMEOUT, fair: fair?)
+    def lock(key, timeout: DEFAULT_TIMEOUT, fair: fair?, renew: renew?, max_hold: nil)
       key = Arguments.key(key).dup.freeze # the Lock keeps it: the caller may change theirs
       ttl = Arguments.milliseconds(timeout, :timeout)
-      Lock.new(self, key, native_acquire(key, ttl, ttl / 1000.0, Arguments.boolean(fair, :fair)))
+      fair = Arguments.boolean(fair, :fair)
+      handle(key, *native_acquire(key, ttl, ttl / 1000.0, fair, *renewal(renew, max_hold)))
     end
 
     # @return [Boolean] whether blocking waits are fair unless told otherwise
     def fair?
       @settings[:fair]
+    end
+
+    # @return [Boolean] whether locks are renewed while held unless told otherwise
+    def renew?
+      @settings[:renew]
     end
 
     # @return [Boolean] true if anyone holds the lock
@@ -95,31 +103,51 @@ module LockManager
     private
 
     # Runs the block under the lock; a lock lost meanwhile is reported as on_lost says.
-    # @return [Array(Boolean, Object)] nil (not acquired), true (released) or false (lost), and
-    #   the block's value
-    def synchronize(key, ttl, wait, limit, fair)
-      value = started = nil
-      held = native_synchronize(key, ttl, wait, limit, fair) do
-        started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-        value = yield
+    # @return [Result, nil] nil when the lock was taken
+    def synchronize(key, ttl, wait:, limit:, fair:, renewal:, &block)
+      result = value = started = nil
+      held = native_synchronize(key, ttl, wait, limit, fair, *renewal) do |fencing_token, lease|
+        result = Result.new(true, fencing_token: fencing_token, lease: lease)
+        started = monotonic
+        value = block.arity.zero? ? yield : yield(result)
       end
-      lost(key, ttl, started, value) if held == false
-      [held, value]
+      return if held.nil?
+
+      lost(key, value, ran_for: monotonic - started, timeout: ttl / 1000.0, renewal: renewal) unless held
+      result.finish(value, lost: !held)
     end
 
-    def lost(key, ttl, started, value)
-      ran_for = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
-      error = LockLost.new(key, value: value, ran_for: ran_for, timeout: ttl / 1000.0)
+    def lost(key, value, renewal:, **how)
+      renew, max_hold_ms = renewal
+      error = LockLost.new(key, value: value, renewed: renew, max_hold: max_hold_ms && (max_hold_ms / 1000.0), **how)
       raise error if @settings[:on_lost] == :raise
 
       LockManager.logger&.warn(error.message)
     end
 
-    # @return [Array] the key, the TTL in ms, the limit
-    def lock_arguments(key, timeout, limit, block)
+    # @return [Array(Boolean, Integer)] whether to renew, and for how many ms at most (nil: no cap)
+    def renewal(renew, max_hold)
+      renew = Arguments.boolean(renew, :renew)
+      raise ArgumentError, "max_hold needs renew: true (without renewal the lock lives `timeout`)" if max_hold && !renew
+
+      max_hold ||= @settings[:max_hold]
+      [renew, renew && max_hold ? Arguments.milliseconds(max_hold, :max_hold) : nil]
+    end
+
+    def monotonic
+      Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    end
+
+    def handle(key, token, fencing_token, lease)
+      Lock.new(self, key, token, fencing_token: fencing_token, lease: lease)
+    end
+
+    # @return [Array] the key, the TTL in ms, and the limit and renewal as options of #synchronize
+    def lock_arguments(key, timeout, limit, renewal, block)
       raise ArgumentError, "a block is required" unless block
 
-      [Arguments.key(key), Arguments.milliseconds(timeout, :timeout), Arguments.positive_integer(limit, :limit)]
+      [Arguments.key(key), Arguments.milliseconds(timeout, :timeout),
+       { limit: Arguments.positive_integer(limit, :limit), renewal: renewal }]
     end
   end
 end

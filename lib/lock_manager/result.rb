@@ -1,14 +1,17 @@
 # frozen_string_literal: true
 
 module LockManager
-  # What a nonblocking_lock call did: whether the block ran, and its value.
+  # What a lock call did: whether the block ran, its value, its fencing token, and whether the
+  # lock was lost. A block that takes an argument receives it while it runs (result still nil).
   class Result
-    attr_reader :result
+    attr_reader :result, :fencing_token
 
-    def initialize(run, result = nil, lost: false)
+    def initialize(run, result = nil, lost: false, fencing_token: nil, lease: nil)
       @run = run
       @result = result
       @lost = lost
+      @fencing_token = fencing_token
+      @lease = lease
     end
 
     # @return [Boolean] true if the lock was free and the block ran
@@ -16,14 +19,25 @@ module LockManager
       @run
     end
 
-    # @return [Boolean] true if the lock expired while the block ran (it outlived `timeout`):
-    #   another holder may have run at the same time
+    # @return [Boolean] true if the lock expired while the block ran (it outlived `timeout`, or
+    #   its renewal failed or reached max_hold): another holder may have run at the same time.
+    #   While the block runs, it turns true as soon as the renewal (renew: true) finds out.
     def lost?
-      @lost
+      @lost || @lease&.lost? || false
+    end
+
+    # Records how the block ended.
+    # @api private
+    def finish(result, lost:)
+      @result = result
+      @lost = lost
+      @lease = nil
+      self
     end
 
     def inspect
-      "#<#{self.class} run?=#{@run} lost?=#{@lost} result=#{@result.inspect}>"
+      "#<#{self.class} run?=#{@run} lost?=#{lost?} fencing_token=#{@fencing_token.inspect} " \
+        "result=#{@result.inspect}>"
     end
   end
 end

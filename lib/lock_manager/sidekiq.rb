@@ -17,10 +17,9 @@ module LockManager
         return yield unless options
 
         key = lock_key(job_instance.class, job, options)
-        lock = { timeout: options.timeout, limit: options.limit }
-        return LockManager::Locker.blocking_lock(key, **lock, &block) if options.blocking?
+        return LockManager::Locker.blocking_lock(key, **options.lock_options, &block) if options.blocking?
 
-        result = LockManager::Locker.nonblocking_lock(key, **lock, &block)
+        result = LockManager::Locker.nonblocking_lock(key, **options.lock_options, &block)
         conflict(job, key, options) unless result.run?
         result.result
       end

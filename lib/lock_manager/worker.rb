@@ -22,7 +22,7 @@ module LockManager
     # Class-level DSL of a locked job.
     module ClassMethods
       # @param mode [Symbol] :nonblocking (skip, reschedule or raise when held) or :blocking (wait)
-      # @param options see JobOptions: key, timeout, on_conflict, reschedule_in, limit
+      # @param options see JobOptions: key, timeout, on_conflict, reschedule_in, limit, renew, max_hold
       # @raise [ArgumentError] at class load, naming the bad option
       def lock_with(mode = :nonblocking, **options)
         checked = JobOptions.new(options.merge(mode: mode))

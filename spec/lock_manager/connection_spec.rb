@@ -48,13 +48,13 @@ RSpec.describe "Connections and the pool" do
     expect(threads.call).to eq(before)
   end
 
-  it "costs exactly one SET and one EVALSHA per lock cycle: no PING on checkout, no SCRIPT LOAD" do
+  it "costs exactly two EVALSHA per lock cycle (acquire with its fencing token, release): no PING, no SCRIPT LOAD" do
     l = locker(pool_size: 2)
     l.nonblocking_lock("warm-up") {}
     admin.config("resetstat")
     50.times { l.nonblocking_lock("k") {} }
-    expect([command_calls("set"), command_calls("evalsha"), command_calls("ping"), command_calls("eval")])
-      .to eq([50, 50, 0, 0])
+    expect([command_calls("evalsha"), command_calls("ping"), command_calls("eval"), command_calls("script")])
+      .to eq([100, 0, 0, 0])
   end
 
   it "falls back to EVAL when Redis lost its script cache" do

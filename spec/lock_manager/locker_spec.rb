@@ -93,7 +93,7 @@ RSpec.describe LockManager::Locker do
 
     it "treats keys as bytes: binary, NUL and Symbol keys round-trip untouched" do
       binary = "\xFF\x00{*}\"'".b
-      stored = locker.nonblocking_lock(binary) { redis.keys("#{prefix}*").map(&:b) }.result
+      stored = locker.nonblocking_lock(binary) { held_keys(redis, "#{prefix}*").map(&:b) }.result
       expect(stored).to eq(["#{prefix}#{binary}".b])
       expect(locker.nonblocking_lock(:sym) { redis.exists?("#{prefix}sym") }.result).to be(true)
       utf8 = "clé-ü"

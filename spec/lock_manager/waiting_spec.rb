@@ -183,8 +183,8 @@ RSpec.describe "Waiting for a lock" do
     l = locker
     holder = l.try_lock("k")
     expect { l.blocking_lock("k", timeout: 0.3, fair: true) {} }.to raise_error(LockManager::LockNotAcquired)
-    expect(admin.keys("#{prefix}*").sort).to eq(["#{prefix}k"])
+    expect(held_keys(admin, "#{prefix}*").sort).to eq(["#{prefix}k"])
     holder.release
-    expect(admin.keys("#{prefix}*")).to eq([])
+    expect(held_keys(admin, "#{prefix}*")).to eq([])
   end
 end

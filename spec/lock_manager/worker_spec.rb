@@ -74,7 +74,10 @@ RSpec.describe LockManager::Worker do
       [:nonblocking, { reschedule_in: -1 }] => /reschedule_in/,
       [:nonblocking, { limit: 0 }] => /limit/,
       [:nonblocking, { limit: 2.5 }] => /limit/,
-      [:nonblocking, { ttl: 5 }] => /ttl/
+      [:nonblocking, { ttl: 5 }] => /ttl/,
+      [:nonblocking, { renew: "yes" }] => /renew/,
+      [:nonblocking, { max_hold: 60 }] => /max_hold needs renew/,
+      [:blocking, { renew: true, max_hold: 0 }] => /max_hold/
     }.each do |(mode, options), message|
       it "raises ArgumentError at class load for #{mode.inspect} #{options.inspect}, naming the option" do
         expect { job_class { lock_with mode, **options } }.to raise_error(ArgumentError, message)
@@ -126,7 +129,7 @@ RSpec.describe LockManager::Worker do
     it "keys on a Proc over the job's arguments" do
       klass = job_class { lock_with key: ->(user_id, *) { "user:#{user_id}" } }
       seen = nil
-      middleware.call(klass.new, job_hash(klass, 42, "x"), "default") { seen = redis.keys("#{prefix}*") }
+      middleware.call(klass.new, job_hash(klass, 42, "x"), "default") { seen = held_keys(redis, "#{prefix}*") }
       expect(seen).to eq(["#{prefix}user:42"])
     end
 
@@ -187,6 +190,18 @@ RSpec.describe LockManager::Worker do
       expect(inner).to be(false)
     end
 
+    it "renews the lock of a job that outlives its timeout (renew: true), up to max_hold" do
+      klass = job_class { lock_with key: "long", timeout: 0.3, renew: true, max_hold: 30 }
+      expect(klass.get_sidekiq_options["lock_manager"]).to include("renew" => true, "max_hold" => 30)
+      ttl_late_in_job = nil
+      middleware.call(klass.new, job_hash(klass), "default") do
+        sleep 0.7
+        ttl_late_in_job = redis.pttl("#{prefix}long")
+      end
+      expect(ttl_late_in_job).to be > 0
+      expect(redis.exists?("#{prefix}long")).to be(false)
+    end
+
     it "is registered once in a Sidekiq server by require \"lock_manager/sidekiq\"" do
       script = <<~RUBY
         require "sidekiq/cli" # what makes Sidekiq.server? true, as in a real server process
@@ -218,7 +233,7 @@ RSpec.describe LockManager::Worker do
     end
 
     it "returns the block's value and uses its namespace" do
-      value = controller.with_lock("x", namespace: "orders") { redis.keys("#{prefix}*") }
+      value = controller.with_lock("x", namespace: "orders") { held_keys(redis, "#{prefix}*") }
       expect(value).to eq(["#{prefix}orders:x"])
     end
 

@@ -140,7 +140,7 @@ RSpec.describe "Sidekiq end to end" do
     stopping = elapsed { sidekiq.stop(:TERM) }
     expect(stopping).to be < 10
     expect(admin.exists?("term:shutdown")).to be(false)
-    expect(admin.keys("term:*")).to eq([])
+    expect(held_keys(admin, "term:*")).to eq([])
   ensure
     sidekiq&.stop
   end

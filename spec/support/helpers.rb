@@ -15,6 +15,11 @@ module SpecHelpers
     @redis ||= Redis.new(url: redis_url, timeout: 2)
   end
 
+  # The keys matching `pattern`, but the fencing counter (which lives on by design).
+  def held_keys(client, pattern)
+    client.keys(pattern).reject { |key| key.end_with?("lock_manager:fencing_token") }
+  end
+
   def new_locker(**options)
     LockManager::Locker.new(redis_url: redis_url, key_prefix: prefix, **options)
   end

@@ -6,6 +6,7 @@ mod lock;
 mod locker;
 mod per_process;
 mod pool;
+mod renewal;
 mod ruby_errors;
 mod scripts;
 mod subscriber;
@@ -26,17 +27,21 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     class.define_singleton_method("native_new", function!(locker::Locker::build, 7))?;
     class.define_method(
         "native_synchronize",
-        method!(locker::Locker::synchronize, 5),
+        method!(locker::Locker::synchronize, 7),
     )?;
     class.define_method(
         "native_try_acquire",
-        method!(locker::Locker::try_acquire, 2),
+        method!(locker::Locker::try_acquire, 4),
     )?;
-    class.define_method("native_acquire", method!(locker::Locker::acquire, 4))?;
+    class.define_method("native_acquire", method!(locker::Locker::acquire, 6))?;
     class.define_method("native_release", method!(locker::Locker::release, 2))?;
     class.define_method("native_refresh", method!(locker::Locker::refresh, 3))?;
     class.define_method("native_owned", method!(locker::Locker::owned, 2))?;
     class.define_method("native_locked", method!(locker::Locker::locked, 1))?;
     class.define_method("pool_state", method!(locker::Locker::pool_state, 0))?;
+    let lease = lock_manager.define_class("Lease", ruby.class_object())?;
+    lease.undef_default_alloc_func();
+    lease.define_method("lost?", method!(locker::Lease::is_lost, 0))?;
+    lease.define_method("stop", method!(locker::Lease::stop, 0))?;
     Ok(())
 }

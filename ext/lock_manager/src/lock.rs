@@ -8,7 +8,9 @@ use redis::{RedisError, Value};
 use crate::error::LockError;
 use crate::gvl::Interrupt;
 use crate::pool::{is_signalled, Pool, PoolSettings, STRAY_SIGNAL_RETRIES};
-use crate::scripts::{ACQUIRE, ACQUIRE_SHARED, LEAVE, REFRESH, RELEASE, RELEASE_SHARED, WAIT};
+use crate::scripts::{
+    ACQUIRE, ACQUIRE_SHARED, LEAVE, REFRESH, REFRESH_SHARED, RELEASE, RELEASE_SHARED, WAIT,
+};
 use crate::subscriber::Subscriber;
 use crate::wait::{next_pause, Backoff, HEARTBEAT};
 
@@ -35,16 +37,29 @@ pub struct LockCore {
     retry_interval: Duration,
 }
 
-/// The Redis keys of one plain lock: the lock, its queue of waiters, and their details.
+/// The fencing counter's name, after the key prefix: reserved, like the ":queue" and
+/// ":waiters" suffixes.
+const FENCING_COUNTER: &[u8] = b"lock_manager:fencing_token";
+
+/// A fencing token: a number, issued with each acquisition, that only grows for a key.
+pub type FencingToken = u64;
+
+/// The Redis keys of one plain lock: the lock, its queue of waiters, and their details; and the
+/// fencing counter.
 struct LockKeys {
     lock: Vec<u8>,
     queue: Vec<u8>,
     waiters: Vec<u8>,
+    fencing: Vec<u8>,
 }
 
 impl LockKeys {
     fn all(&self) -> [&[u8]; 3] {
         [&self.lock, &self.queue, &self.waiters]
+    }
+
+    fn all_and_fencing(&self) -> [&[u8]; 4] {
+        [&self.lock, &self.queue, &self.waiters, &self.fencing]
     }
 }
 
@@ -54,7 +69,7 @@ type Undo<'a> = &'a dyn Fn(&mut redis::Connection);
 
 /// What one attempt found.
 enum Attempt {
-    Acquired,
+    Acquired(FencingToken),
     /// Held by others; `retry_in` is when it expires on its own, when Redis said.
     Held {
         retry_in: Option<Duration>,
@@ -105,18 +120,32 @@ impl LockCore {
         LockKeys {
             queue: [lock.as_slice(), b":queue"].concat(),
             waiters: [lock.as_slice(), b":waiters"].concat(),
+            fencing: self.fencing_counter(),
             lock,
         }
     }
 
-    /// One attempt, one round trip: true when `claim.token` now holds the lock. Does not queue.
-    pub fn try_acquire(&self, claim: &Claim, interrupt: &Interrupt) -> Result<bool, LockError> {
+    fn fencing_counter(&self) -> Vec<u8> {
+        self.redis_key(FENCING_COUNTER)
+    }
+
+    /// One attempt, one round trip: the fencing token when `claim.token` now holds the lock,
+    /// `None` when another does. Does not queue.
+    pub fn try_acquire(
+        &self,
+        claim: &Claim,
+        interrupt: &Interrupt,
+    ) -> Result<Option<FencingToken>, LockError> {
         if claim.limit > 1 {
             return self
                 .attempt_shared(claim, interrupt)
-                .map(|a| matches!(a, Attempt::Acquired));
+                .map(|attempt| match attempt {
+                    Attempt::Acquired(fencing_token) => Some(fencing_token),
+                    Attempt::Held { .. } => None,
+                });
         }
-        let redis_key = self.redis_key(claim.key);
+        let keys = [self.redis_key(claim.key), self.fencing_counter()];
+        let keys = [keys[0].as_slice(), keys[1].as_slice()];
         let ttl = claim.ttl_ms.to_string();
         let undo = |conn: &mut redis::Connection| {
             let keys = self.keys(claim.key);
@@ -127,39 +156,25 @@ impl LockCore {
                 &[claim.token.as_bytes(), handoff.as_bytes()],
             );
         };
-        self.round_trip(interrupt, Some(&undo), |conn, attempt| {
-            if attempt == 0 {
-                redis::cmd("SET")
-                    .arg(&redis_key)
-                    .arg(claim.token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(claim.ttl_ms)
-                    .query::<Option<String>>(conn)
-                    .map(|reply| reply.is_some())
-            } else {
-                // The first SET may have reached Redis before the connection died.
-                ACQUIRE
-                    .run::<i64>(
-                        conn,
-                        &[&redis_key],
-                        &[claim.token.as_bytes(), ttl.as_bytes()],
-                    )
-                    .map(|taken| taken == 1)
-            }
+        // Re-sent after a dropped connection, it succeeds if the first one took the lock.
+        self.round_trip(interrupt, Some(&undo), |conn, _| {
+            ACQUIRE
+                .run::<u64>(conn, &keys, &[claim.token.as_bytes(), ttl.as_bytes()])
+                .map(|fencing_token| (fencing_token > 0).then_some(fencing_token))
         })
     }
 
     /// Waits until `claim.token` holds the lock or `deadline` passes. Woken by releases
     /// (published by whoever releases, in any process), by the holder's TTL running out, or
     /// after a backoff when releases cannot reach us. `started` is when the caller began waiting.
+    /// Returns the fencing token.
     pub fn acquire_until(
         &self,
         claim: &Claim,
         started: Instant,
         deadline: Instant,
         interrupt: &Interrupt,
-    ) -> Result<(), LockError> {
+    ) -> Result<FencingToken, LockError> {
         let keys = self.keys(claim.key);
         let _registration = self
             .subscriber
@@ -167,19 +182,25 @@ impl LockCore {
         let mut backoff = Backoff::new(self.retry_interval);
         let mut queued_attempts = 0u32;
         let outcome = (|| loop {
-            let attempt = if claim.limit > 1 {
+            let taken_at_once = if claim.limit > 1 || claim.fair || queued_attempts > 0 {
+                None
+            } else {
+                self.try_acquire(claim, interrupt)?
+            };
+            let attempt = if let Some(fencing_token) = taken_at_once {
+                Attempt::Acquired(fencing_token)
+            } else if claim.limit > 1 {
                 self.attempt_shared(claim, interrupt)?
-            } else if claim.fair || queued_attempts > 0 || !self.try_acquire(claim, interrupt)? {
+            } else {
                 // Waiters queue: a release hands the lock to the first of them, so a thread that
                 // releases and re-acquires in a loop cannot starve them. A fair waiter queues
                 // without trying first, so it never takes a free lock ahead of the queue.
                 queued_attempts += 1;
                 self.attempt_queued(claim, &keys, interrupt)?
-            } else {
-                Attempt::Acquired
             };
-            let Attempt::Held { retry_in } = attempt else {
-                return Ok(());
+            let retry_in = match attempt {
+                Attempt::Acquired(fencing_token) => return Ok(fencing_token),
+                Attempt::Held { retry_in } => retry_in,
             };
             let now = Instant::now();
             if now >= deadline {
@@ -214,13 +235,14 @@ impl LockCore {
             );
         };
         let reply = self.round_trip(interrupt, Some(&undo), |conn, _| {
-            WAIT.run::<Vec<i64>>(conn, &keys.all(), &args)
+            WAIT.run::<Vec<i64>>(conn, &keys.all_and_fencing(), &args)
         })?;
         Ok(attempt_from(&reply))
     }
 
     fn attempt_shared(&self, claim: &Claim, interrupt: &Interrupt) -> Result<Attempt, LockError> {
         let redis_key = self.redis_key(claim.key);
+        let fencing = self.fencing_counter();
         let ttl = claim.ttl_ms.to_string();
         let limit = claim.limit.to_string();
         let args: [&[u8]; 3] = [claim.token.as_bytes(), ttl.as_bytes(), limit.as_bytes()];
@@ -228,7 +250,7 @@ impl LockCore {
             RELEASE_SHARED.send_after(conn, &[&redis_key], &[claim.token.as_bytes()]);
         };
         let reply = self.round_trip(interrupt, Some(&undo), |conn, _| {
-            ACQUIRE_SHARED.run::<Vec<i64>>(conn, &[&redis_key], &args)
+            ACQUIRE_SHARED.run::<Vec<i64>>(conn, &[&redis_key, &fencing], &args)
         })?;
         Ok(attempt_from(&reply))
     }
@@ -264,18 +286,25 @@ impl LockCore {
         })
     }
 
-    /// Resets the TTL to `ttl_ms` if `token` still holds the lock.
+    /// Resets the TTL to `ttl_ms` (of this holder's slot, for `limit` > 1) if `token` still
+    /// holds the lock.
     pub fn refresh(
         &self,
         key: &[u8],
         token: &str,
         ttl_ms: u64,
+        limit: u32,
         interrupt: &Interrupt,
     ) -> Result<bool, LockError> {
         let redis_key = self.redis_key(key);
         let ttl = ttl_ms.to_string();
+        let script = if limit > 1 {
+            &*REFRESH_SHARED
+        } else {
+            &*REFRESH
+        };
         self.round_trip(interrupt, None, |conn, _| {
-            REFRESH
+            script
                 .run::<i64>(conn, &[&redis_key], &[token.as_bytes(), ttl.as_bytes()])
                 .map(|renewed| renewed == 1)
         })
@@ -375,10 +404,10 @@ fn refusal(addr: &str, error: &RedisError) -> LockError {
     }
 }
 
-/// `{1}` acquired; `{0, ms}` held, expiring on its own in `ms` (negative: unknown).
+/// `{1, fencing token}` acquired; `{0, ms}` held, expiring on its own in `ms` (negative: unknown).
 fn attempt_from(reply: &[i64]) -> Attempt {
     match reply {
-        [1, ..] => Attempt::Acquired,
+        [1, fencing_token, ..] => Attempt::Acquired(*fencing_token as FencingToken),
         [_, ms, ..] if *ms >= 0 => Attempt::Held {
             retry_in: Some(Duration::from_millis(*ms as u64 + 1)),
         },

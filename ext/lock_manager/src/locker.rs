@@ -3,20 +3,47 @@
 //! Arguments arrive checked and converted by the Ruby layer (`lib/lock_manager/locker.rb`);
 //! every Redis round trip and every wait runs without the GVL.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use magnus::{prelude::*, Error, RModule, RString, Ruby, Value};
+use magnus::{prelude::*, typed_data::Obj, Error, RModule, RString, Ruby, Value};
 
 use crate::error::LockError;
 use crate::gvl::{self, Interrupt};
-use crate::lock::{Claim, LockCore, LockSettings};
+use crate::lock::{Claim, FencingToken, LockCore, LockSettings};
 use crate::pool::PoolSettings;
+use crate::renewal::{self, LeaseTerms};
 use crate::ruby_errors;
 
 #[magnus::wrap(class = "LockManager::Locker", free_immediately, size)]
 pub struct Locker {
-    core: LockCore,
+    core: Arc<LockCore>,
 }
+
+/// `LockManager::Lease`: the renewal of one lock taken with `renew: true`, as Ruby sees it.
+#[magnus::wrap(class = "LockManager::Lease", free_immediately, size)]
+pub struct Lease(Arc<renewal::Lease>);
+
+impl Lease {
+    /// Whether the renewal found the lock lost (expired, taken by another, max_hold reached).
+    pub fn is_lost(&self) -> bool {
+        self.0.is_lost()
+    }
+
+    /// Stops renewing: the lock keeps its current TTL.
+    pub fn stop(&self) {
+        self.0.stop();
+    }
+}
+
+/// How a lock taken with `renew: true` is renewed: `max_hold_ms` caps it (`None`: no cap).
+#[derive(Clone, Copy)]
+pub struct Renewal {
+    max_hold_ms: Option<u64>,
+}
+
+/// What Ruby receives for a lock handle: the token, the fencing token, the lease (or nil).
+type Handle = (String, FencingToken, Option<Obj<Lease>>);
 
 impl Locker {
     #[allow(clippy::too_many_arguments)]
@@ -56,14 +83,18 @@ impl Locker {
         })();
         settings
             .and_then(LockCore::new)
-            .map(|core| Locker { core })
+            .map(|core| Locker {
+                core: Arc::new(core),
+            })
             .map_err(|e| ruby_errors::to_ruby_unkeyed(ruby, e))
     }
 
     /// Runs the block while holding the lock, as one of at most `limit` holders (1: the plain
-    /// lock). `fair`: waiters queue in order. Returns nil when the lock was taken (and `wait` is
-    /// nil), true when the block ran and the lock was released, false when the block ran but the
-    /// lock was lost meanwhile (it expired: the release found another token, or none).
+    /// lock). `fair`: waiters queue in order. `renew`: renewed while the block runs, for at most
+    /// `max_hold_ms` (nil: no cap). The block receives the fencing token and the lease (nil
+    /// without `renew`). Returns nil when the lock was taken (and `wait` is nil), true when the
+    /// block ran and the lock was released, false when the block ran but the lock was lost
+    /// meanwhile (it expired: the release found another token, or none; or its renewal failed).
     #[allow(clippy::too_many_arguments)]
     pub fn synchronize(
         ruby: &Ruby,
@@ -73,43 +104,65 @@ impl Locker {
         wait: Option<f64>,
         limit: u32,
         fair: bool,
+        renew: bool,
+        max_hold_ms: Option<u64>,
     ) -> Result<Option<bool>, Error> {
         let core = &rb_self.core;
         let key_bytes = copy_bytes(key);
         let limit = limit.max(1);
-        let Some(token) = acquire_token(ruby, core, key, &key_bytes, ttl_ms, limit, fair, wait)?
+        let claim = (ttl_ms, limit, fair);
+        let Some((token, fencing_token)) = acquire_token(ruby, core, key, &key_bytes, claim, wait)?
         else {
             return Ok(None);
         };
-        let outcome = ruby.yield_value::<(), Value>(());
+        let lease = renew.then(|| {
+            let renewal = Renewal { max_hold_ms };
+            start_lease(core, &key_bytes, &token, ttl_ms, limit, renewal)
+        });
+        let outcome = match &lease {
+            Some(lease) => {
+                let shown = ruby.obj_wrap(Lease(Arc::clone(lease)));
+                ruby.yield_values::<_, Value>((fencing_token, Some(shown)))
+            }
+            None => ruby.yield_values::<_, Value>((fencing_token, None::<Obj<Lease>>)),
+        };
+        if let Some(lease) = &lease {
+            lease.stop();
+        }
         let released =
             gvl::without_gvl_to_completion(|i| core.release(&key_bytes, &token, limit, i));
+        let lost_by_renewal = lease.is_some_and(|lease| lease.is_lost());
         let held_to_the_end = match released {
-            Ok(held) => held,
+            Ok(held) => held && !lost_by_renewal,
             Err(error) => {
                 report_release(ruby, key, error);
-                true // unknown: Redis did not say; the lock expires by its TTL
+                !lost_by_renewal // otherwise unknown: the lock expires by its TTL
             }
         };
         outcome.map(|_| Some(held_to_the_end))
     }
 
-    /// One attempt: the new token, or nil when someone else holds the lock.
+    /// One attempt: `[token, fencing token, lease or nil]`, or nil when someone else holds it.
     pub fn try_acquire(
         ruby: &Ruby,
         rb_self: &Self,
         key: RString,
         ttl_ms: u64,
-    ) -> Result<Option<String>, Error> {
+        renew: bool,
+        max_hold_ms: Option<u64>,
+    ) -> Result<Option<Handle>, Error> {
         let core = &rb_self.core;
         let key_bytes = copy_bytes(key);
-        match acquire_token(ruby, core, key, &key_bytes, ttl_ms, 1, false, None)? {
-            Some(token) => hand_over(ruby, core, &key_bytes, token).map(Some),
+        let renewal = renew.then_some(Renewal { max_hold_ms });
+        match acquire_token(ruby, core, key, &key_bytes, (ttl_ms, 1, false), None)? {
+            Some(taken) => hand_over(ruby, core, &key_bytes, taken, ttl_ms, renewal).map(Some),
             None => Ok(None),
         }
     }
 
-    /// Waits up to `wait` seconds; the new token, or raises LockNotAcquired.
+    /// Waits up to `wait` seconds: `[token, fencing token, lease or nil]`, or raises
+    /// LockNotAcquired.
+    #[allow(clippy::too_many_arguments)]
     pub fn acquire(
         ruby: &Ruby,
         rb_self: &Self,
@@ -117,12 +170,15 @@ impl Locker {
         ttl_ms: u64,
         wait: f64,
         fair: bool,
-    ) -> Result<String, Error> {
+        renew: bool,
+        max_hold_ms: Option<u64>,
+    ) -> Result<Handle, Error> {
         let core = &rb_self.core;
         let key_bytes = copy_bytes(key);
-        let token = acquire_token(ruby, core, key, &key_bytes, ttl_ms, 1, fair, Some(wait))?
+        let renewal = renew.then_some(Renewal { max_hold_ms });
+        let taken = acquire_token(ruby, core, key, &key_bytes, (ttl_ms, 1, fair), Some(wait))?
             .expect("a blocking acquire returns a token or raises");
-        hand_over(ruby, core, &key_bytes, token)
+        hand_over(ruby, core, &key_bytes, taken, ttl_ms, renewal)
     }
 
     pub fn release(
@@ -146,7 +202,7 @@ impl Locker {
     ) -> Result<bool, Error> {
         let key_bytes = copy_bytes(key);
         blocking(ruby, key, |i| {
-            rb_self.core.refresh(&key_bytes, &token, ttl_ms, i)
+            rb_self.core.refresh(&key_bytes, &token, ttl_ms, 1, i)
         })
     }
 
@@ -169,17 +225,15 @@ impl Locker {
 /// Acquires `key`: once (`wait` nil: `None` when taken) or waiting up to `wait` seconds. Each
 /// attempt after a Ruby interrupt that raised nothing (Thread#wakeup) gets a fresh token: the
 /// undo of an attempt cut short may still reach Redis, and must not release a later one.
-#[allow(clippy::too_many_arguments)]
+/// `claim`: the TTL in ms, the limit, fairness. Returns the token and the fencing token.
 fn acquire_token(
     ruby: &Ruby,
     core: &LockCore,
     key: RString,
     key_bytes: &[u8],
-    ttl_ms: u64,
-    limit: u32,
-    fair: bool,
+    (ttl_ms, limit, fair): (u64, u32, bool),
     wait: Option<f64>,
-) -> Result<Option<String>, Error> {
+) -> Result<Option<(String, FencingToken)>, Error> {
     let deadline = wait.map(deadline_after);
     let mut token = String::new();
     let acquired = blocking(ruby, key, |interrupt| {
@@ -195,10 +249,10 @@ fn acquire_token(
             None => core.try_acquire(&claim, interrupt),
             Some((started, deadline)) => core
                 .acquire_until(&claim, started, deadline, interrupt)
-                .map(|()| true),
+                .map(Some),
         }
     })?;
-    Ok(acquired.then_some(token))
+    Ok(acquired.map(|fencing_token| (token, fencing_token)))
 }
 
 /// Runs `work` without the GVL until it finishes. When Ruby interrupts it, Ruby's own
@@ -217,14 +271,45 @@ fn blocking<R>(
     }
 }
 
-/// Returns a freshly taken lock's token to Ruby, unless an interrupt is already pending:
-/// then the lock is released first, so it is not leaked by the exception.
-fn hand_over(ruby: &Ruby, core: &LockCore, key: &[u8], token: String) -> Result<String, Error> {
+/// Returns a freshly taken lock to Ruby (its renewal started when asked for), unless an
+/// interrupt is already pending: then the lock is released first, so it is not leaked by the
+/// exception.
+fn hand_over(
+    ruby: &Ruby,
+    core: &Arc<LockCore>,
+    key: &[u8],
+    (token, fencing_token): (String, FencingToken),
+    ttl_ms: u64,
+    renewal: Option<Renewal>,
+) -> Result<Handle, Error> {
     if let Err(interrupt) = ruby.thread_check_ints() {
         let _ = gvl::without_gvl_to_completion(|i| core.release(key, &token, 1, i));
         return Err(interrupt);
     }
-    Ok(token)
+    let lease = renewal
+        .map(|renewal| ruby.obj_wrap(Lease(start_lease(core, key, &token, ttl_ms, 1, renewal))));
+    Ok((token, fencing_token, lease))
+}
+
+fn start_lease(
+    core: &Arc<LockCore>,
+    key: &[u8],
+    token: &str,
+    ttl_ms: u64,
+    limit: u32,
+    renewal: Renewal,
+) -> Arc<renewal::Lease> {
+    let now = Instant::now();
+    Arc::new(renewal::Lease::start(LeaseTerms {
+        core: Arc::clone(core),
+        key: key.to_vec(),
+        token: token.to_owned(),
+        ttl: Duration::from_millis(ttl_ms),
+        limit,
+        hold_until: renewal
+            .max_hold_ms
+            .map(|ms| now + Duration::from_millis(ms)),
+    }))
 }
 
 /// A release that failed after the block cannot change what the block did: it is logged by

@@ -6,6 +6,8 @@
 //! details (a hash: token -> "heartbeat deadline ms:lock ttl ms"). A release that hands the
 //! lock on is published on the channel "lock_manager:" .. KEYS[1] with the new owner's token
 //! (an empty message: "look again, all of you"); waiting processes subscribe to these channels.
+//! Every script that grants the lock also issues a fencing token from the counter it is given as
+//! its last key (see `FENCING`).
 
 use std::sync::LazyLock;
 
@@ -62,6 +64,24 @@ fn eval(verb: &str, script: &[u8], keys: &[&[u8]], args: &[&[u8]]) -> Cmd {
     cmd
 }
 
+/// Issues the next fencing token from the counter KEYS[#KEYS]: one counter per key prefix,
+/// so the number only grows for every key (with gaps) and no per-key counter outlives its lock.
+/// A counter that is missing (first use, or Redis restarted without persistence) starts at
+/// Redis's clock in microseconds, which is above any number issued before it, since no Redis
+/// grants a million locks a second: a holder from before the restart is still fenced off.
+const FENCING: &str = r"
+local function next_fencing_token()
+  local counter = KEYS[#KEYS]
+  local token = redis.call('INCR', counter)
+  if token == 1 then
+    local time = redis.call('TIME')
+    token = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    redis.call('SET', counter, string.format('%d', token))
+  end
+  return token
+end
+";
+
 /// Helpers shared by the plain-lock scripts below.
 const QUEUE_HELPERS: &str = r"
 local function now_ms()
@@ -108,32 +128,34 @@ end
 ";
 
 fn with_helpers(body: &str) -> LuaScript {
-    LuaScript::new(format!("{QUEUE_HELPERS}\n{body}"))
+    LuaScript::new(format!("{FENCING}\n{QUEUE_HELPERS}\n{body}"))
 }
 
-/// Takes the lock for ARGV[1] (token) with a TTL of ARGV[2] ms, or renews it when that token
-/// already holds it: re-sending an acquire after a lost reply must not fail because of itself.
+fn with_fencing(body: &str) -> LuaScript {
+    LuaScript::new(format!("{FENCING}\n{body}"))
+}
+
+/// Takes the lock KEYS[1] for ARGV[1] (token) with a TTL of ARGV[2] ms, or renews it when that
+/// token already holds it: re-sending an acquire after a lost reply must not fail because of
+/// itself. KEYS[2]: the fencing counter. Returns the fencing token, or 0 when held by another.
 pub static ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(
+    with_fencing(
         r"
-local current = redis.call('GET', KEYS[1])
-if current == false then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-elseif current == ARGV[1] then
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return next_fencing_token()
+elseif redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+  return next_fencing_token()
 end
 return 0
-"
-        .to_owned(),
+",
     )
 });
 
-/// A waiter's attempt. ARGV: token, lock TTL ms, heartbeat ms. Takes the lock when it was handed
-/// to this token, or when it is free and no live waiter queued earlier; otherwise joins the
-/// queue (or renews its place). Returns {1} when held, else {0, the lock's PTTL} (-2: free,
-/// another waiter's turn).
+/// A waiter's attempt. ARGV: token, lock TTL ms, heartbeat ms; KEYS[4]: the fencing counter.
+/// Takes the lock when it was handed to this token, or when it is free and no live waiter queued
+/// earlier; otherwise joins the queue (or renews its place). Returns {1, fencing token} when
+/// held, else {0, the lock's PTTL} (-2: free, another waiter's turn).
 pub static WAIT: LazyLock<LuaScript> = LazyLock::new(|| {
     with_helpers(
         r"
@@ -142,14 +164,14 @@ local current = redis.call('GET', KEYS[1])
 if current == token then
   redis.call('PEXPIRE', KEYS[1], ttl)
   dequeue(token)
-  return {1}
+  return {1, next_fencing_token()}
 end
 if not current then
   local head = live_head()
   if not head or head == token then
     redis.call('SET', KEYS[1], token, 'PX', ttl)
     dequeue(token)
-    return {1}
+    return {1, next_fencing_token()}
   end
 end
 local heartbeat = tonumber(ARGV[3])
@@ -210,9 +232,10 @@ return 0
 /// ARGV[2] ms. Holders are members of a sorted set scored by their expiry in Redis time, so an
 /// expired holder frees its slot without touching the others; a token already admitted is
 /// renewed (a re-sent acquire must not fail because of itself). The key itself expires with its
-/// last holder. Returns {1}, or {0, ms until the first holder expires}.
+/// last holder. KEYS[2]: the fencing counter. Returns {1, fencing token}, or {0, ms until the
+/// first holder expires}.
 pub static ACQUIRE_SHARED: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(
+    with_fencing(
         r"
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -221,10 +244,27 @@ if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonu
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
   redis.call('PEXPIREAT', KEYS[1], last[2])
-  return {1}
+  return {1, next_fencing_token()}
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return {0, tonumber(first[2]) - now}
+",
+    )
+});
+
+/// Extends ARGV[1]'s slot of the semaphore KEYS[1] to ARGV[2] ms from now, only while it has
+/// not expired. Returns 1, or 0 when the slot is gone.
+pub static REFRESH_SHARED: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(
+        r"
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not expiry or tonumber(expiry) <= now then return 0 end
+redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[1], last[2])
+return 1
 "
         .to_owned(),
     )

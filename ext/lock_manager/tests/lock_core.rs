@@ -112,10 +112,12 @@ fn acquire_release_and_the_token_rules() {
 
     assert!(core
         .try_acquire(&claim(b"k", "token-a", 10_000, 1), &never())
-        .unwrap());
+        .unwrap()
+        .is_some());
     assert!(!core
         .try_acquire(&claim(b"k", "token-b", 10_000, 1), &never())
-        .unwrap());
+        .unwrap()
+        .is_some());
     let stored: String = redis::cmd("GET").arg("t:k").query(&mut redis).unwrap();
     assert_eq!(stored, "token-a");
     let ttl: i64 = redis::cmd("PTTL").arg("t:k").query(&mut redis).unwrap();
@@ -128,8 +130,8 @@ fn acquire_release_and_the_token_rules() {
         "another token must not release"
     );
     assert!(core.locked(b"k", &never()).unwrap());
-    assert!(core.refresh(b"k", "token-a", 60_000, &never()).unwrap());
-    assert!(!core.refresh(b"k", "token-b", 60_000, &never()).unwrap());
+    assert!(core.refresh(b"k", "token-a", 60_000, 1, &never()).unwrap());
+    assert!(!core.refresh(b"k", "token-b", 60_000, 1, &never()).unwrap());
     assert!(core.release(b"k", "token-a", 1, &never()).unwrap());
     assert!(!core.release(b"k", "token-a", 1, &never()).unwrap());
     assert!(!core.locked(b"k", &never()).unwrap());
@@ -142,11 +144,13 @@ fn an_expired_lock_taken_by_someone_else_is_never_released_by_the_first_owner() 
 
     assert!(core
         .try_acquire(&claim(b"k", "first", 50, 1), &never())
-        .unwrap());
+        .unwrap()
+        .is_some());
     thread::sleep(Duration::from_millis(80));
     assert!(core
         .try_acquire(&claim(b"k", "second", 10_000, 1), &never())
-        .unwrap());
+        .unwrap()
+        .is_some());
     assert!(!core.release(b"k", "first", 1, &never()).unwrap());
     assert!(core.owned(b"k", "second", &never()).unwrap());
 }
@@ -157,7 +161,8 @@ fn blocking_acquire_waits_for_a_release_and_gives_up_at_the_deadline() {
     let core = std::sync::Arc::new(core(&server.url(), 4));
     assert!(core
         .try_acquire(&claim(b"k", "holder", 10_000, 1), &never())
-        .unwrap());
+        .unwrap()
+        .is_some());
 
     let started = Instant::now();
     let outcome = core.acquire_until(
@@ -203,7 +208,8 @@ fn the_retry_path_accepts_its_own_token() {
     let mut admin = server.client();
     assert!(core
         .try_acquire(&claim(b"k", "mine", 10_000, 1), &never())
-        .unwrap());
+        .unwrap()
+        .is_some());
     // Kill the pooled connection: the next call retries on a new one with the idempotent script.
     let _: () = redis::cmd("CLIENT")
         .arg("KILL")
@@ -215,12 +221,14 @@ fn the_retry_path_accepts_its_own_token() {
         .unwrap();
     assert!(
         core.try_acquire(&claim(b"k", "mine", 10_000, 1), &never())
-            .unwrap(),
+            .unwrap()
+            .is_some(),
         "re-sent acquire must not fail because of itself"
     );
     assert!(!core
         .try_acquire(&claim(b"k", "other", 10_000, 1), &never())
-        .unwrap());
+        .unwrap()
+        .is_some());
 }
 
 #[test]
@@ -231,7 +239,8 @@ fn binary_keys_round_trip() {
     let key = b"\xff\x00{*}\"'";
     assert!(core
         .try_acquire(&claim(key, "tok", 10_000, 1), &never())
-        .unwrap());
+        .unwrap()
+        .is_some());
     let exists: i64 = redis::cmd("EXISTS")
         .arg([b"t:".as_slice(), key].concat())
         .query(&mut redis)
@@ -302,26 +311,32 @@ fn a_semaphore_admits_limit_holders_each_with_its_own_expiry() {
 
     assert!(core
         .try_acquire(&claim(b"s", "short", 100, 3), &never())
-        .unwrap());
+        .unwrap()
+        .is_some());
     assert!(core
         .try_acquire(&claim(b"s", "long-a", 10_000, 3), &never())
-        .unwrap());
+        .unwrap()
+        .is_some());
     assert!(core
         .try_acquire(&claim(b"s", "long-b", 10_000, 3), &never())
-        .unwrap());
+        .unwrap()
+        .is_some());
     assert!(!core
         .try_acquire(&claim(b"s", "fourth", 10_000, 3), &never())
-        .unwrap());
+        .unwrap()
+        .is_some());
     // A re-sent acquire of an admitted token succeeds (it only renews that holder).
     assert!(core
         .try_acquire(&claim(b"s", "long-a", 10_000, 3), &never())
-        .unwrap());
+        .unwrap()
+        .is_some());
 
     thread::sleep(Duration::from_millis(150));
     // The expired holder's slot is free; the two others are untouched.
     assert!(core
         .try_acquire(&claim(b"s", "fourth", 10_000, 3), &never())
-        .unwrap());
+        .unwrap()
+        .is_some());
     let holders: Vec<String> = redis::cmd("ZRANGE")
         .arg("t:s")
         .arg(0)
@@ -341,7 +356,8 @@ fn a_semaphore_admits_limit_holders_each_with_its_own_expiry() {
     assert!(!core.release(b"s", "long-a", 3, &never()).unwrap());
     assert!(core
         .try_acquire(&claim(b"s", "fifth", 10_000, 3), &never())
-        .unwrap());
+        .unwrap()
+        .is_some());
 }
 
 #[test]
@@ -351,8 +367,63 @@ fn a_semaphore_key_vanishes_with_its_last_holder() {
     let mut redis = server.client();
     assert!(core
         .try_acquire(&claim(b"s", "a", 80, 2), &never())
-        .unwrap());
+        .unwrap()
+        .is_some());
     thread::sleep(Duration::from_millis(120));
     let exists: i64 = redis::cmd("EXISTS").arg("t:s").query(&mut redis).unwrap();
     assert_eq!(exists, 0);
+}
+
+#[test]
+fn fencing_tokens_grow_across_keys_expiry_waiters_and_a_lost_counter() {
+    let server = RedisServer::start();
+    let core = core(&server.url(), 2);
+    let take = |key: &[u8], token: &str, ttl: u64, limit: u32| {
+        core.try_acquire(&claim(key, token, ttl, limit), &never())
+            .unwrap()
+            .expect("free")
+    };
+    let first = take(b"f", "one", 50, 1);
+    thread::sleep(Duration::from_millis(80)); // expired: the counter is not
+    let second = take(b"f", "two", 10_000, 1);
+    let other_key = take(b"g", "three", 10_000, 1);
+    let shared = take(b"s", "four", 10_000, 2);
+    assert!(first < second && second < other_key && other_key < shared);
+
+    // A waiter handed the lock gets the next number when it takes it.
+    let waited = thread::scope(|scope| {
+        let waiter = scope.spawn(|| {
+            let now = Instant::now();
+            core.acquire_until(
+                &claim(b"f", "waiter", 10_000, 1),
+                now,
+                now + Duration::from_secs(5),
+                &never(),
+            )
+            .unwrap()
+        });
+        thread::sleep(Duration::from_millis(100));
+        assert!(core.release(b"f", "two", 1, &never()).unwrap());
+        waiter.join().unwrap()
+    });
+    assert!(waited > shared);
+
+    // Redis restarted without persistence: the counter starts again from Redis's clock in µs,
+    // above every number issued so far.
+    let mut conn = server.client();
+    redis::cmd("DEL")
+        .arg("t:lock_manager:fencing_token")
+        .query::<()>(&mut conn)
+        .unwrap();
+    let after_loss = take(b"h", "five", 10_000, 1);
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    assert!(after_loss > waited);
+    assert!(
+        after_loss.abs_diff(now_us) < 60_000_000,
+        "{after_loss} vs {now_us}"
+    );
+    assert_eq!(take(b"i", "six", 10_000, 1), after_loss + 1);
 }

@@ -1,0 +1,193 @@
+//! Lease renewal (`renew: true`): one background thread per process keeps every renewed lock
+//! alive while its holder works, extending its TTL every third of it, only while its token
+//! still holds the key, and never past `max_hold`.
+//!
+//! The thread runs no Ruby code and never holds the GVL. It renews one lease at a time, outside
+//! the lock that guards the list, so taking or ending a lease never waits for Redis.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::gvl::Interrupt;
+use crate::lock::LockCore;
+use crate::per_process::PerProcess;
+
+/// How soon a renewal that failed (Redis unreachable) is tried again, at most.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
+
+/// What one held lock needs renewed: where, who, and for how long.
+pub struct LeaseTerms {
+    pub core: Arc<LockCore>,
+    pub key: Vec<u8>,
+    pub token: String,
+    pub ttl: Duration,
+    pub limit: u32,
+    /// Renewal stops extending the lock past this instant (`max_hold` after acquisition).
+    pub hold_until: Option<Instant>,
+}
+
+/// The holder's side of a renewed lock. Dropping it (or `stop`) ends the renewal.
+pub struct Lease {
+    state: Arc<LeaseState>,
+    renewer: Arc<Renewer>,
+}
+
+#[derive(Default)]
+struct LeaseState {
+    lost: AtomicBool,
+    stopped: AtomicBool,
+}
+
+struct Renewal {
+    terms: LeaseTerms,
+    state: Arc<LeaseState>,
+    due: Instant,
+    /// When the lock expires unless renewed, as far as we know (counted from before the last
+    /// renewal was sent: never later than the real expiry).
+    expires: Instant,
+}
+
+#[derive(Default)]
+struct Renewer {
+    renewals: Mutex<Vec<Renewal>>,
+    changed: Condvar,
+}
+
+static RENEWER: PerProcess<Renewer> = PerProcess::new();
+
+impl Lease {
+    /// Starts renewing a lock just acquired (with a TTL of `terms.ttl`).
+    pub fn start(terms: LeaseTerms) -> Lease {
+        let (renewer, created) = RENEWER.get_or_create(Renewer::default);
+        if created {
+            let running = Arc::clone(&renewer);
+            let started = thread::Builder::new()
+                .name("lock_manager-renewer".into())
+                .spawn(move || running.run());
+            drop(started); // without a thread, locks expire by their TTL and are reported lost
+        }
+        let state = Arc::new(LeaseState::default());
+        let now = Instant::now();
+        let renewal = Renewal {
+            due: now + terms.ttl / 3,
+            expires: now + terms.ttl,
+            terms,
+            state: Arc::clone(&state),
+        };
+        if let Ok(mut renewals) = renewer.renewals.lock() {
+            renewals.push(renewal);
+        }
+        renewer.changed.notify_all();
+        Lease { state, renewer }
+    }
+
+    /// True once a renewal found the lock gone, or could not reach Redis before it expired,
+    /// or `max_hold` ran out.
+    pub fn is_lost(&self) -> bool {
+        self.state.lost.load(Ordering::Acquire)
+    }
+
+    /// Ends the renewal; the lock keeps the TTL it has. Idempotent.
+    pub fn stop(&self) {
+        if self.state.stopped.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Ok(mut renewals) = self.renewer.renewals.lock() {
+            renewals.retain(|renewal| !Arc::ptr_eq(&renewal.state, &self.state));
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Renewer {
+    fn run(&self) {
+        let Ok(mut renewals) = self.renewals.lock() else {
+            return;
+        };
+        loop {
+            let now = Instant::now();
+            let next_due = renewals.iter().map(|renewal| renewal.due).min();
+            match next_due {
+                None => {
+                    renewals = self
+                        .changed
+                        .wait(renewals)
+                        .unwrap_or_else(|e| e.into_inner())
+                }
+                Some(due) if due > now => {
+                    renewals = self
+                        .changed
+                        .wait_timeout(renewals, due - now)
+                        .map(|(guard, _)| guard)
+                        .unwrap_or_else(|e| e.into_inner().0);
+                }
+                Some(_) => {
+                    let index = renewals.iter().position(|r| r.due <= now);
+                    let Some(renewal) = index.map(|i| renewals.swap_remove(i)) else {
+                        continue;
+                    };
+                    drop(renewals);
+                    let renewed = renew(renewal);
+                    renewals = self.renewals.lock().unwrap_or_else(|e| e.into_inner());
+                    // Stopped while we talked to Redis: it stays out.
+                    if let Some(renewal) =
+                        renewed.filter(|r| !r.state.stopped.load(Ordering::Acquire))
+                    {
+                        renewals.push(renewal);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One renewal; `None` when the lease is over (lost, or `max_hold` reached and expired).
+fn renew(mut renewal: Renewal) -> Option<Renewal> {
+    let now = Instant::now();
+    let terms = &renewal.terms;
+    let ttl = match terms.hold_until {
+        // Past `max_hold`: no more renewals; lost once the TTL it has runs out.
+        Some(hold_until) if hold_until <= now && now >= renewal.expires => return lose(renewal),
+        Some(hold_until) if hold_until <= now => {
+            renewal.due = renewal.expires;
+            return Some(renewal);
+        }
+        Some(hold_until) => terms.ttl.min(hold_until - now),
+        None => terms.ttl,
+    };
+    let ttl_ms = (ttl.as_millis() as u64).max(1);
+    let interrupt = Interrupt::for_current_thread();
+    match terms
+        .core
+        .refresh(&terms.key, &terms.token, ttl_ms, terms.limit, &interrupt)
+    {
+        Ok(true) => {
+            renewal.expires = now + ttl;
+            // The last renewal before `max_hold` wakes us at `hold_until`, to report it lost.
+            renewal.due = match terms.hold_until {
+                Some(hold_until) if ttl < terms.ttl => hold_until,
+                _ => now + terms.ttl / 3,
+            };
+            Some(renewal)
+        }
+        Ok(false) => lose(renewal),
+        Err(_) if Instant::now() >= renewal.expires => lose(renewal),
+        Err(_) => {
+            let left = renewal.expires - Instant::now();
+            renewal.due = Instant::now() + RETRY_AFTER_FAILURE.min(left / 2);
+            Some(renewal)
+        }
+    }
+}
+
+fn lose(renewal: Renewal) -> Option<Renewal> {
+    renewal.state.lost.store(true, Ordering::Release);
+    None
+}
