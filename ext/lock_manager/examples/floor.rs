@@ -1,6 +1,7 @@
 //! The floor under the gem's uncontended lock cycle: what one redis-rs connection does with no
-//! pool, no Ruby and no GVL in the way. Each cycle is `SET key token NX PX 30000` with a fresh
-//! UUID v4 token, then EVALSHA of the compare-and-delete release script (loaded once).
+//! pool, no Ruby and no GVL in the way. Each cycle sends the gem's own two commands: EVALSHA of
+//! the acquire script (SET NX PX with a fresh UUID v4 token, and the fencing token), then EVALSHA
+//! of the release script (compare-and-delete, or hand-off to a queued waiter).
 //!
 //!     cargo run --release --example floor -- redis://127.0.0.1:6380/0 3
 //!
@@ -8,8 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-const RELEASE: &str =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+use lock_manager::scripts::{ACQUIRE, RELEASE};
 
 fn main() -> redis::RedisResult<()> {
     let mut args = std::env::args().skip(1);
@@ -19,32 +19,21 @@ fn main() -> redis::RedisResult<()> {
         .map_or(3.0, |s| s.parse().expect("seconds must be a number"));
 
     let mut conn = redis::Client::open(url.as_str())?.get_connection()?;
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(RELEASE)
-        .query(&mut conn)?;
     let key = format!("lock:floor:{}", std::process::id());
+    let (queue, waiters) = (format!("{key}:queue"), format!("{key}:waiters"));
+    let lock_keys: [&[u8]; 3] = [key.as_bytes(), queue.as_bytes(), waiters.as_bytes()];
+    let acquire_keys: [&[u8]; 2] = [key.as_bytes(), b"lock:lock_manager:fencing_token"];
 
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(seconds);
     let mut cycles: u64 = 0;
     while Instant::now() < deadline {
         let token = uuid::Uuid::new_v4().to_string();
-        let set: Option<String> = redis::cmd("SET")
-            .arg(&key)
-            .arg(&token)
-            .arg("NX")
-            .arg("PX")
-            .arg(30_000)
-            .query(&mut conn)?;
-        let deleted: i64 = redis::cmd("EVALSHA")
-            .arg(&sha)
-            .arg(1)
-            .arg(&key)
-            .arg(&token)
-            .query(&mut conn)?;
+        let fencing_token: u64 =
+            ACQUIRE.run(&mut conn, &acquire_keys, &[token.as_bytes(), b"30000"])?;
+        let released: i64 = RELEASE.run(&mut conn, &lock_keys, &[token.as_bytes(), b"2000"])?;
         assert!(
-            set.is_some() && deleted == 1,
+            fencing_token > 0 && released == 1,
             "a cycle on {key} did not take and free the lock"
         );
         cycles += 1;

@@ -8,7 +8,7 @@ mod per_process;
 mod pool;
 mod renewal;
 mod ruby_errors;
-mod scripts;
+pub mod scripts;
 mod subscriber;
 mod wait;
 

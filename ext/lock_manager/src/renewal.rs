@@ -32,6 +32,9 @@ pub struct LeaseTerms {
 pub struct Lease {
     state: Arc<LeaseState>,
     renewer: Arc<Renewer>,
+    /// The process whose renewer renews it: a forked child must not touch that renewer's mutex
+    /// (its thread is not in the child, and may have held it at the fork).
+    pid: u32,
 }
 
 #[derive(Default)]
@@ -80,7 +83,11 @@ impl Lease {
             renewals.push(renewal);
         }
         renewer.changed.notify_all();
-        Lease { state, renewer }
+        Lease {
+            state,
+            renewer,
+            pid: std::process::id(),
+        }
     }
 
     /// True once a renewal found the lock gone, or could not reach Redis before it expired,
@@ -91,7 +98,7 @@ impl Lease {
 
     /// Ends the renewal; the lock keeps the TTL it has. Idempotent.
     pub fn stop(&self) {
-        if self.state.stopped.swap(true, Ordering::AcqRel) {
+        if self.state.stopped.swap(true, Ordering::AcqRel) || self.pid != std::process::id() {
             return;
         }
         if let Ok(mut renewals) = self.renewer.renewals.lock() {
