@@ -86,13 +86,15 @@ module LockManager
       raise ArgumentError, "#{name} must start with redis://, rediss:// or unix://, got #{redact(url).inspect}"
     end
 
-    # The URL with any password replaced: safe for messages, logs and #inspect.
+    # The URL with any password replaced: safe for messages, logs and #inspect. Everything up to
+    # the last "@" counts as credentials, as URL parsers read it (a password may contain "@" or
+    # "/"); a password given as a query parameter is replaced too.
     def redact(url)
-      url.to_s.sub(%r{\A([^:/]*://)([^@/]*)@}) do
+      url.to_s.sub(%r{\A([^:/]*://)(.*)@}m) do
         userinfo = Regexp.last_match(2)
         user = userinfo.include?(":") ? userinfo.split(":", 2).first : ""
-        "#{Regexp.last_match(1)}#{user}:REDACTED@"
-      end
+        "#{Regexp.last_match(1)}#{user.include?("/") ? "" : user}:REDACTED@"
+      end.gsub(/([?&](?:pass|password)=)[^&]*/i, '\1REDACTED')
     end
   end
 end

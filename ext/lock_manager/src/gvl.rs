@@ -23,6 +23,11 @@ pub struct Interrupt {
     raised: AtomicBool,
     waker: Arc<Waker>,
     thread: libc::pthread_t,
+    /// Ruby's main thread runs the signal handlers (trap, Ctrl-C). When other Ruby threads
+    /// exist, Ruby does not call our unblocking function for a signal: it sets a flag and sends
+    /// SIGVTALRM until the main thread's blocking call returns with EINTR. So on the main
+    /// thread, any EINTR is a reason to go back to Ruby and let it look.
+    main_thread: bool,
 }
 
 /// Wakes a thread sleeping in `Interrupt::sleep_until`, from another thread. On Linux it is a
@@ -58,21 +63,23 @@ impl Waker {
     }
 
     /// Blocks while nothing woke us, for `timeout` at most (or less: spurious returns are fine).
+    /// True when a signal cut it short.
     #[cfg(target_os = "linux")]
-    fn park(&self, timeout: Duration) {
+    fn park(&self, timeout: Duration) -> bool {
         let timeout = libc::timespec {
             tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
             tv_nsec: timeout.subsec_nanos() as libc::c_long,
         };
-        unsafe {
+        let waited = unsafe {
             libc::syscall(
                 libc::SYS_futex,
                 self.woken.as_ptr(),
                 libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
                 0u32,
                 &timeout as *const libc::timespec,
-            );
-        }
+            )
+        };
+        waited == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
     }
 
     #[cfg(not(target_os = "linux"))]
@@ -82,12 +89,13 @@ impl Waker {
     }
 
     #[cfg(not(target_os = "linux"))]
-    fn park(&self, timeout: Duration) {
+    fn park(&self, timeout: Duration) -> bool {
         if let Ok(guard) = self.parked.lock() {
             if self.woken.load(Ordering::Acquire) == 0 {
                 let _ = self.wake.wait_timeout(guard, timeout);
             }
         }
+        false
     }
 }
 
@@ -106,11 +114,27 @@ impl Interrupt {
             raised: AtomicBool::new(false),
             waker: Arc::new(Waker::default()),
             thread: unsafe { libc::pthread_self() },
+            main_thread: false,
+        }
+    }
+
+    /// The same, for a Ruby thread: called with the GVL held.
+    fn for_ruby_thread() -> Self {
+        let main_thread = unsafe { rb_sys::rb_thread_main() == rb_sys::rb_thread_current() };
+        Interrupt {
+            main_thread,
+            ..Interrupt::for_current_thread()
         }
     }
 
     pub fn is_raised(&self) -> bool {
         self.raised.load(Ordering::Acquire)
+    }
+
+    /// Whether a signal that cut a system call short must send us back to Ruby (see
+    /// `main_thread`), rather than be retried.
+    pub fn is_raised_or_signalled(&self) -> bool {
+        self.main_thread || self.is_raised()
     }
 
     /// Fails fast with `Interrupted` once Ruby asked this thread to stop.
@@ -139,7 +163,9 @@ impl Interrupt {
             if now >= until {
                 return Ok(());
             }
-            self.waker.park(until - now);
+            if self.waker.park(until - now) && self.main_thread {
+                return Err(LockError::Interrupted);
+            }
         }
     }
 
@@ -172,6 +198,17 @@ pub fn init() {
             && current.sa_sigaction != libc::SIG_IGN
     };
     WAKE_SIGNAL_HANDLED.store(handled, Ordering::Release);
+}
+
+/// Blocks every signal in the calling thread: for the gem's background threads, so that the
+/// process's signals (Ctrl-C, SIGCHLD, Ruby's own timer) go to Ruby's threads, which handle
+/// them, and never cut our threads' Redis reads short.
+pub fn block_signals_in_this_thread() {
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+    }
 }
 
 struct Call<F, R> {
@@ -234,7 +271,7 @@ where
     let mut call = Call {
         work: Some(work),
         outcome: None,
-        interrupt: Interrupt::for_current_thread(),
+        interrupt: Interrupt::for_ruby_thread(),
     };
     let data = &mut call as *mut Call<F, R> as *mut c_void;
     let interrupt = &call.interrupt as *const Interrupt as *mut c_void;

@@ -81,7 +81,8 @@ enum Failure {
     /// The connection died (reset, EOF, broken pipe): a fresh one may well work.
     Dropped(RedisError),
     /// A signal that was not for us (SIGCHLD from any child process, say: Ruby's handlers do
-    /// not restart system calls) cut the command short: worth retrying on a fresh connection.
+    /// not restart system calls) cut a command that is safe to repeat short: worth retrying on a
+    /// fresh connection.
     Signalled(RedisError),
     /// Ruby interrupted the thread mid-command.
     Interrupted,
@@ -356,7 +357,7 @@ impl LockCore {
                 }
                 Err(error) => error,
             };
-            let failure = classify(error, interrupt);
+            let failure = classify(error, interrupt, undo.is_some());
             conn.poisoned = !matches!(failure, Failure::Refused(_));
             if let (Failure::Interrupted | Failure::Unusable(_), Some(undo)) = (&failure, undo) {
                 undo(&mut conn.redis);
@@ -398,6 +399,10 @@ fn refusal(addr: &str, error: &RedisError) -> LockError {
     let (addr, reply) = (addr.to_owned(), error.to_string());
     match error.code() {
         Some("NOPERM") => LockError::Permission { addr, reply },
+        // An ACL refusal inside a script comes back as ERR.
+        _ if reply.contains("The user executing the script can't") => {
+            LockError::Permission { addr, reply }
+        }
         Some("OOM") => LockError::OutOfMemory { addr, reply },
         Some("WRONGPASS" | "NOAUTH") => LockError::Authentication { addr, cause: reply },
         _ => LockError::Server { addr, reply },
@@ -415,9 +420,12 @@ fn attempt_from(reply: &[i64]) -> Attempt {
     }
 }
 
-fn classify(error: RedisError, interrupt: &Interrupt) -> Failure {
+/// `undoable`: the command has an undo (an acquire). Cut short by any signal, it is undone and
+/// handed back to Ruby, which resumes it with a new token: retried with the same token on another
+/// connection, it could be overtaken by its own late undo.
+fn classify(error: RedisError, interrupt: &Interrupt, undoable: bool) -> Failure {
     let signalled = is_signalled(&error);
-    if signalled && interrupt.is_raised() {
+    if signalled && (undoable || interrupt.is_raised_or_signalled()) {
         Failure::Interrupted
     } else if signalled {
         Failure::Signalled(error)

@@ -6,7 +6,7 @@
 //! timeouts and a `poisoned` flag: a connection that timed out or was interrupted mid-command
 //! is dropped, never handed to the next caller.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -48,8 +48,20 @@ pub struct Conn {
 struct Health {
     failed_connects: AtomicU64,
     down: AtomicBool,
-    /// Why the last connection attempt failed, and whether Redis refused our credentials.
-    last_failure: Mutex<(String, bool)>,
+    /// Why the last connection attempt failed, and how.
+    last_failure: Mutex<(String, ConnectFailure)>,
+    /// Checkouts waiting for a connection right now.
+    waiting: AtomicU32,
+}
+
+#[derive(Clone, Copy, PartialEq, Default)]
+enum ConnectFailure {
+    #[default]
+    Unreachable,
+    /// Redis accepted the connection but did not answer the handshake in time.
+    TimedOut,
+    /// Redis refused our credentials: r2d2's background retries stop asking it (see `connect`).
+    Refused,
 }
 
 pub struct Manager {
@@ -64,6 +76,14 @@ impl ManageConnection for Manager {
     type Error = RedisError;
 
     fn connect(&self) -> Result<Conn, RedisError> {
+        // r2d2 retries a failed connect in the background, forever. With wrong credentials that
+        // only fills Redis's ACL log: only a caller waiting for a connection makes us ask again.
+        if self.health.waiting.load(Ordering::Acquire) == 0 && self.last_failure_was_refused() {
+            return Err(RedisError::from((
+                redis::ErrorKind::AuthenticationFailed,
+                "credentials refused; not retried in the background",
+            )));
+        }
         let mut connected = self.connect_once();
         // r2d2's own threads are never interrupted on purpose: EINTR there is a stray signal
         // (SIGCHLD from any child process), not a reason to report Redis as down.
@@ -77,15 +97,15 @@ impl ManageConnection for Manager {
             Ok(_) => self.health.down.store(false, Ordering::Release),
             Err(error) => {
                 if let Ok(mut last) = self.health.last_failure.lock() {
-                    let cause = if error.is_timeout() {
-                        format!(
-                            "no answer within connect_timeout ({:.3}s)",
-                            self.connect_timeout.as_secs_f64()
-                        )
+                    *last = if is_authentication(error) {
+                        (error.to_string(), ConnectFailure::Refused)
+                    } else if error.is_timeout() {
+                        let timeout = self.connect_timeout.as_secs_f64();
+                        let cause = format!("no answer within connect_timeout ({timeout:.3}s)");
+                        (cause, ConnectFailure::TimedOut)
                     } else {
-                        error.to_string()
+                        (error.to_string(), ConnectFailure::Unreachable)
                     };
-                    *last = (cause, is_authentication(error));
                 }
                 self.health.down.store(true, Ordering::Release);
                 self.health.failed_connects.fetch_add(1, Ordering::AcqRel);
@@ -108,6 +128,13 @@ impl ManageConnection for Manager {
 }
 
 impl Manager {
+    fn last_failure_was_refused(&self) -> bool {
+        self.health
+            .last_failure
+            .lock()
+            .is_ok_and(|last| last.1 == ConnectFailure::Refused)
+    }
+
     fn connect_once(&self) -> Result<redis::Connection, RedisError> {
         let redis = self
             .client
@@ -200,6 +227,7 @@ impl Pool {
         let started = Instant::now();
         let deadline = started + self.settings.pool_timeout;
         let failures_before = process.health.failed_connects.load(Ordering::Acquire);
+        let _waiting = Waiting::count(&process.health);
         loop {
             interrupt.check()?;
             let slice = CHECKOUT_SLICE.min(deadline.saturating_duration_since(Instant::now()));
@@ -225,20 +253,19 @@ impl Pool {
 
     /// Why connecting failed: a refusal of our credentials, or Redis being unreachable.
     fn connect_error(&self, health: &Health) -> LockError {
-        let (cause, authentication) = health
+        let (cause, failure) = health
             .last_failure
             .lock()
             .map(|last| last.clone())
-            .unwrap_or_else(|_| ("connection failed".into(), false));
+            .unwrap_or_else(|_| ("connection failed".into(), ConnectFailure::Unreachable));
         let addr = self.addr.clone();
-        if authentication {
-            LockError::Authentication { addr, cause }
-        } else {
-            LockError::Connection {
+        match failure {
+            ConnectFailure::Refused => LockError::Authentication { addr, cause },
+            _ => LockError::Connection {
                 addr,
                 cause,
-                timed_out: false,
-            }
+                timed_out: failure == ConnectFailure::TimedOut,
+            },
         }
     }
 
@@ -282,9 +309,30 @@ fn connector_threads() -> Arc<ScheduledThreadPool> {
     CONNECTORS.get_or_create(create).0
 }
 
+/// Counts a checkout as waiting while it lives.
+struct Waiting<'a>(&'a Health);
+
+impl<'a> Waiting<'a> {
+    fn count(health: &'a Health) -> Self {
+        health.waiting.fetch_add(1, Ordering::AcqRel);
+        Waiting(health)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 fn is_authentication(error: &RedisError) -> bool {
     error.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(error.code(), Some("WRONGPASS" | "NOAUTH"))
+}
+
+/// Redis refused the credentials, or what the user may touch (an ACL): asking again won't help.
+pub fn is_refused_access(error: &RedisError) -> bool {
+    is_authentication(error) || error.code() == Some("NOPERM")
 }
 
 fn display_addr(addr: &ConnectionAddr) -> String {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::gvl::Interrupt;
+use crate::gvl::{self, Interrupt};
 use crate::lock::LockCore;
 use crate::per_process::PerProcess;
 
@@ -68,7 +68,10 @@ impl Lease {
             let running = Arc::clone(&renewer);
             let started = thread::Builder::new()
                 .name("lock_manager-renewer".into())
-                .spawn(move || running.run());
+                .spawn(move || {
+                    gvl::block_signals_in_this_thread();
+                    running.run();
+                });
             drop(started); // without a thread, locks expire by their TTL and are reported lost
         }
         let state = Arc::new(LeaseState::default());

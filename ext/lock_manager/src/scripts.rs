@@ -112,17 +112,24 @@ local function dequeue(token)
   redis.call('HDEL', KEYS[3], token)
 end
 
+-- Tells waiting processes; a user whose ACL forbids the channel only loses the wake-up (its
+-- waiters fall back to their backoff), never the release.
+local function publish(message)
+  redis.pcall('PUBLISH', 'lock_manager:' .. KEYS[1], message)
+end
+
 -- Hands the lock to the first live waiter, for at most `handoff_ms` (a waiter that died before
 -- noticing cannot hold the line for long: it extends the lock to its TTL when it takes it), and
 -- tells it; with nobody queued, deletes the lock (every blocking waiter is queued: no one to tell).
+-- DEL comes first: under maxmemory Redis refuses a script whose first write may grow memory
+-- (the hand-off's SET), not one that already freed some.
 local function release_lock(handoff_ms)
+  redis.call('DEL', KEYS[1])
   local head, ttl = live_head()
   if head then
     redis.call('SET', KEYS[1], head, 'PX', math.min(ttl, handoff_ms))
     dequeue(head)
-    redis.call('PUBLISH', 'lock_manager:' .. KEYS[1], head)
-  else
-    redis.call('DEL', KEYS[1])
+    publish(head)
   end
 end
 ";
@@ -208,7 +215,7 @@ local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then
   release_lock(tonumber(ARGV[2]))
 elseif not current and redis.call('EXISTS', KEYS[2]) == 1 then
-  redis.call('PUBLISH', 'lock_manager:' .. KEYS[1], '')
+  publish('')
 end
 return 0
 ",
@@ -233,20 +240,21 @@ return 0
 /// expired holder frees its slot without touching the others; a token already admitted is
 /// renewed (a re-sent acquire must not fail because of itself). The key itself expires with its
 /// last holder. KEYS[2]: the fencing counter. Returns {1, fencing token}, or {0, ms until the
-/// first holder expires}.
+/// first holder expires}. Its first write is the ZADD, which Redis refuses under maxmemory.
 pub static ACQUIRE_SHARED: LazyLock<LuaScript> = LazyLock::new(|| {
     with_fencing(
         r"
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then
+local mine = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]) or '0')
+if mine > now or redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf') < tonumber(ARGV[3]) then
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
   redis.call('PEXPIREAT', KEYS[1], last[2])
   return {1, next_fencing_token()}
 end
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 return {0, tonumber(first[2]) - now}
 ",
     )
@@ -275,7 +283,7 @@ pub static RELEASE_SHARED: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(
         r"
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
-if removed == 1 then redis.call('PUBLISH', 'lock_manager:' .. KEYS[1], '') end
+if removed == 1 then redis.pcall('PUBLISH', 'lock_manager:' .. KEYS[1], '') end
 return removed
 "
         .to_owned(),

@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use crate::gvl::Waker;
+use crate::gvl::{self, Waker};
 use crate::per_process::PerProcess;
-use crate::pool::is_signalled;
+use crate::pool::{is_refused_access, is_signalled};
 use crate::scripts::CHANNEL_PREFIX;
 
 /// How long the listening thread blocks on its socket before looking at its stop flag.
@@ -35,6 +35,8 @@ struct Shared {
     /// The threads of this process waiting for each lock key.
     waiters: Mutex<HashMap<Vec<u8>, Vec<Waiting>>>,
     listening: AtomicBool,
+    /// A listening thread runs (or is starting).
+    running: AtomicBool,
     stop: AtomicBool,
 }
 
@@ -128,10 +130,11 @@ impl Subscriber {
             .is_some_and(|shared| shared.listening.load(Ordering::Acquire))
     }
 
-    /// This process's waiters, starting the listening thread on first use here.
+    /// This process's waiters, starting the listening thread on first use here, and again
+    /// after Redis refused its credentials (it does not retry those on its own).
     fn this_process(&self) -> Arc<Shared> {
-        let (shared, created) = self.listener.get_or_create(Shared::default);
-        if created {
+        let (shared, _) = self.listener.get_or_create(Shared::default);
+        if !shared.running.swap(true, Ordering::AcqRel) {
             let listening = Arc::clone(&shared);
             let (client, pattern, timeout) = (
                 self.client.clone(),
@@ -140,10 +143,14 @@ impl Subscriber {
             );
             let started = thread::Builder::new()
                 .name("lock_manager-subscriber".into())
-                .spawn(move || listen(&listening, &client, &pattern, timeout));
+                .spawn(move || {
+                    gvl::block_signals_in_this_thread();
+                    listen(&listening, &client, &pattern, timeout);
+                    listening.running.store(false, Ordering::Release);
+                });
             if started.is_err() {
                 // No thread: waiters keep to the backoff.
-                shared.stop.store(true, Ordering::Release);
+                shared.running.store(false, Ordering::Release);
             }
         }
         shared
@@ -159,10 +166,15 @@ impl Drop for Subscriber {
     }
 }
 
+/// Listens until the Locker goes away, resubscribing while Redis is unreachable; gives up when
+/// Redis refuses the credentials or the channels (a wrong password, an ACL): retrying those in
+/// the background would only fill Redis's ACL log. The next waiter starts it again.
 fn listen(shared: &Shared, client: &redis::Client, pattern: &[u8], connect_timeout: Duration) {
     while !shared.stop.load(Ordering::Acquire) {
-        if let Err(_unreachable) = listen_once(shared, client, pattern, connect_timeout) {
-            thread::sleep(RESUBSCRIBE_PAUSE);
+        match listen_once(shared, client, pattern, connect_timeout) {
+            Err(error) if is_refused_access(&error) => return,
+            Err(_unreachable) => thread::sleep(RESUBSCRIBE_PAUSE),
+            Ok(()) => {}
         }
     }
 }
