@@ -21,8 +21,8 @@ RSpec.configure do |config|
   config.order = :random
   config.expect_with(:rspec) { |c| c.syntax = :expect }
   config.filter_run_when_matching :focus
-  # An example must never hang the suite.
-  config.around { |example| Timeout.timeout(60) { example.run } }
+  # An example must never hang the suite (`timeout:` metadata for the few that build things).
+  config.around { |example| Timeout.timeout(example.metadata.fetch(:timeout, 60)) { example.run } }
   config.before { reset_lock_manager! }
   config.after { @redis&.close }
 end
