@@ -53,10 +53,6 @@ end
 IMPLEMENTATIONS = [Implementation.new("gem", {}), Implementation.new("gem fair: true", { fair: true }),
                    Implementation.new("baseline", {})].freeze
 
-def ms(seconds)
-  format("%.1f ms", seconds * 1000)
-end
-
 # One worker's turns at `key`, from `start_at` (a monotonic time: the same in every process).
 # @return [Array(Array<Float>, Float)] each turn's wait, and when the worker finished
 def turns(impl, locker, key, start_at)
@@ -82,20 +78,7 @@ end
 # Forks a worker that sends its #turns (or the exception it raised) back through a pipe.
 # @return [Array(Integer, IO)] its pid, and the end to read from
 def fork_worker(impl, url, key, start_at)
-  reader, writer = IO.pipe
-  pid = fork do
-    reader.close
-    result = begin
-      turns(impl, impl.locker(url, 1), key, start_at)
-    rescue StandardError => e
-      e
-    end
-    writer.write(Marshal.dump(result))
-  ensure
-    exit!(0) # not exit: the at_exit handlers (stopping the throwaway redis-server) are the parent's
-  end
-  writer.close
-  [pid, reader]
+  Bench.fork_reporting { turns(impl, impl.locker(url, 1), key, start_at) }
 end
 
 def in_processes(impl, url, key, start_at)
@@ -116,7 +99,8 @@ def contention(workload, impl, url)
   waits = results.flat_map(&:first)
   ratio = (results.map(&:last).max - start_at) / IDEAL
   p50, p99 = [0.5, 0.99].map { |fraction| Bench.percentile(waits, fraction) }
-  [format("%<ratio>5.2fx ideal   wait p50 %<p50>8s  p99 %<p99>8s", ratio: ratio, p50: ms(p50), p99: ms(p99)),
+  [format("%<ratio>5.2fx ideal   wait p50 %<p50>8s  p99 %<p99>8s",
+          ratio: ratio, p50: Bench.ms(p50), p99: Bench.ms(p99)),
    ("wall: #{Bench.verdict(ratio, WALL_TARGET)}" if impl.gem?),
    ("p99: #{Bench.verdict(p99, P99_TARGET)}" if impl.options[:fair])]
 end
@@ -158,14 +142,15 @@ end
 def latency(impl, url)
   latencies = release_to_acquire(impl, url, "bench:handoff:#{Process.pid}:latency:#{impl.name}")
   median, p99 = [0.5, 0.99].map { |fraction| Bench.percentile(latencies, fraction) }
-  [format("median %<median>8s  p99 %<p99>8s", median: ms(median), p99: ms(p99)),
+  [format("median %<median>8s  p99 %<p99>8s", median: Bench.ms(median), p99: Bench.ms(p99)),
    ("median: #{Bench.verdict(median, LATENCY_TARGET)}" if impl.gem?)]
 end
 
 url = Bench.redis_url
 Bench.header(url)
-puts "#{WORKERS} x #{TURNS} turns holding #{ms(HOLD)} (ideal #{IDEAL} s; targets: wall <= #{WALL_TARGET}x ideal, " \
-     "fair p99 <= #{ms(P99_TARGET)}); latency: #{ROUNDS} rounds (target: median <= #{ms(LATENCY_TARGET)})", ""
+puts "#{WORKERS} x #{TURNS} turns holding #{Bench.ms(HOLD)} (ideal #{IDEAL} s; " \
+     "targets: wall <= #{WALL_TARGET}x ideal, fair p99 <= #{Bench.ms(P99_TARGET)}); " \
+     "latency: #{ROUNDS} rounds (target: median <= #{Bench.ms(LATENCY_TARGET)})", ""
 %w[threads processes latency].each do |workload|
   IMPLEMENTATIONS.each do |impl|
     cells = if !impl.available?

@@ -207,20 +207,7 @@ end
 # Forks process `process`, which sends its Stats (or the exception that stopped it) through a pipe.
 # @return [Array(Integer, IO)] its pid, and the end to read from
 def fork_child(url, port, process, start_at, deadline)
-  reader, writer = IO.pipe
-  pid = fork do
-    reader.close
-    report = begin
-      child_work(url, port, process, start_at, deadline)
-    rescue StandardError => e
-      e
-    end
-    writer.write(Marshal.dump(report))
-  ensure
-    exit!(0) # not exit: the at_exit handlers (stopping the throwaway redis-server) are the parent's
-  end
-  writer.close
-  [pid, reader]
+  Bench.fork_reporting { child_work(url, port, process, start_at, deadline) }
 end
 
 # @return [Array<Stats, String>] each child's Stats, or why it has none (hung, crashed, raised)
@@ -262,16 +249,12 @@ def leftover_keys(redis)
   (LOCK_KEYS.select { |key| redis.exists?(key) } + redis.keys("#{PREFIX}*")).uniq - [FENCING_COUNTER]
 end
 
-def ms(seconds)
-  seconds ? format("%.1f ms", seconds * 1000) : "n/a"
-end
-
 server = RedisServer.new.start
 at_exit { server.shutdown }
 url = server.url
 Bench.header(url)
 puts "#{PROCESSES} processes x #{THREADS} threads on one key for #{SECONDS} s: blocking_lock(timeout: #{TIMEOUT}) " \
-     "holding 0-#{ms(MAX_HOLD)}; threads: plain, fair, renew, fair+renew; process 0: every " \
+     "holding 0-#{Bench.ms(MAX_HOLD)}; threads: plain, fair, renew, fair+renew; process 0: every " \
      "#{NONBLOCKING_EVERY}th turn nonblocking_lock"
 
 start_at = Bench.now + 1.0 # time for every process to start
@@ -295,9 +278,9 @@ puts format("soak %<seconds>g s: acquisitions %<entries>d (%<rate>.1f/s; nonbloc
             "%<ooo>d, leaked locks %<keys>d, leaked connections %<conns>d, unfinished processes %<unfinished>d, " \
             "lost %<lost>d, errors %<errors>d%<first>s: %<verdict>s",
             seconds: SECONDS, entries: entries, rate: entries / elapsed, runs: total.nonblocking_runs,
-            tries: total.nonblocking_tries, p50: ms(p50), p99: ms(p99), overlaps: overlaps, ooo: out_of_order,
-            keys: leaked_keys.size, conns: leaked_connections, unfinished: unfinished.size, lost: total.lost,
-            errors: total.errors, first: total.first_error ? " (first: #{total.first_error})" : "",
+            tries: total.nonblocking_tries, p50: Bench.ms(p50), p99: Bench.ms(p99), overlaps: overlaps,
+            ooo: out_of_order, keys: leaked_keys.size, conns: leaked_connections, unfinished: unfinished.size,
+            lost: total.lost, errors: total.errors, first: total.first_error ? " (first: #{total.first_error})" : "",
             verdict: failed ? "FAIL" : "PASS")
 
 details = [redis.get("soak:first_problem"), *unfinished, *total.connection_problems,

@@ -52,6 +52,30 @@ module Bench
     done
   end
 
+  # Seconds as milliseconds for a report line ("n/a" for nil: nothing measured).
+  def ms(seconds)
+    seconds ? format("%.1f ms", seconds * 1000) : "n/a"
+  end
+
+  # Forks a child that sends the block's value (or the exception it raised) back through a pipe.
+  # @return [Array(Integer, IO)] its pid, and the end to read from
+  def fork_reporting
+    reader, writer = IO.pipe
+    pid = fork do
+      reader.close
+      result = begin
+        yield
+      rescue StandardError => e
+        e
+      end
+      writer.write(Marshal.dump(result))
+    ensure
+      exit!(0) # not exit: the at_exit handlers (stopping the throwaway redis-server) are the parent's
+    end
+    writer.close
+    [pid, reader]
+  end
+
   # The nearest-rank percentile: `fraction` 0.5 is the median, 0.99 the p99.
   def percentile(values, fraction)
     sorted = values.sort
