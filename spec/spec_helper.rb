@@ -24,5 +24,8 @@ RSpec.configure do |config|
   # An example must never hang the suite (`timeout:` metadata for the few that build things).
   config.around { |example| Timeout.timeout(example.metadata.fetch(:timeout, 60)) { example.run } }
   config.before { reset_lock_manager! }
-  config.after { @redis&.close }
+  config.after do
+    @redis&.close
+    shutdown_own_servers
+  end
 end

@@ -15,7 +15,7 @@ RSpec.describe "Redis faults" do
   let(:admin) { client_of(server, timeout: 5) } # CLIENT PAUSE holds it too: it waits the pause out
   let(:address) { "127.0.0.1:#{server.port}" }
 
-  after { stop_fault_servers }
+  after { close_fault_clients }
 
   def key_of(key)
     "#{prefix}#{key}"

@@ -76,14 +76,11 @@ end
 module FaultHelpers
   # Started now, shut down after the example (resumed first if it is paused).
   def start_server(**options)
-    server = FaultyRedisServer.new(**options).start
-    (@fault_servers ||= []) << server
-    server
+    own_server(FaultyRedisServer, **options)
   end
 
-  def stop_fault_servers
+  def close_fault_clients
     (@fault_clients || []).each(&:close)
-    (@fault_servers || []).each(&:shutdown)
   end
 
   # A redis-rb client of the server, closed after the example.

@@ -20,6 +20,15 @@ module SpecHelpers
     client.keys(pattern).reject { |key| key.end_with?("lock_manager:fencing_token") }
   end
 
+  # A redis-server of this example's own (`kind`: RedisServer or a subclass), shut down after it.
+  def own_server(kind = RedisServer, **options)
+    kind.new(**options).start.tap { |server| (@own_servers ||= []) << server }
+  end
+
+  def shutdown_own_servers
+    (@own_servers || []).each(&:shutdown)
+  end
+
   def new_locker(**options)
     LockManager::Locker.new(redis_url: redis_url, key_prefix: prefix, **options)
   end

@@ -8,7 +8,8 @@ require "tempfile"
 
 # Helpers of spec/faults/processes_spec.rb and refusals_spec.rb: child processes that talk to the
 # example line by line (spawned `ruby -I lib -e` scripts, or forks), private redis-servers, and a
-# raw MONITOR of a server. Whatever an example starts here is killed and reaped by #stop_all.
+# raw MONITOR of a server. Children an example starts here are killed and reaped by #stop_all;
+# servers are shut down by spec_helper.
 module ProcessHelpers
   LIB = File.expand_path("../../lib", __dir__)
 
@@ -160,21 +161,13 @@ module ProcessHelpers
 
   # A private redis-server, shut down after the example.
   def private_server(**options)
-    server = RedisServer.new(**options).start
-    (@private_servers ||= []) << server
-    server
+    own_server(**options)
   end
 
-  # Kills and reaps every child, shuts every private server down.
+  # Kills and reaps every child (private servers are shut down by spec_helper: SIGKILL, which a
+  # paused server obeys too).
   def stop_all
     (@children || []).each(&:stop)
-    (@private_servers || []).each do |server|
-      server.resume
-    rescue StandardError
-      nil
-    ensure
-      server.shutdown
-    end
   end
 
   # @return [Array<String>] the addresses of the server's clients (the gem's pooled connections
