@@ -131,9 +131,9 @@ impl Interrupt {
         self.raised.load(Ordering::Acquire)
     }
 
-    /// Whether a signal that cut a system call short must send us back to Ruby (see
-    /// `main_thread`), rather than be retried.
-    pub fn is_raised_or_signalled(&self) -> bool {
+    /// Whether a signal that cut a system call short must send us back to Ruby (on the main
+    /// thread: see `main_thread`; or Ruby interrupted us), rather than be retried.
+    pub fn takes_signals_to_ruby(&self) -> bool {
         self.main_thread || self.is_raised()
     }
 

@@ -34,6 +34,8 @@ pub struct LockCore {
     pool: Pool,
     subscriber: Subscriber,
     key_prefix: Vec<u8>,
+    /// The fencing counter's full key (built once: every acquire names it).
+    fencing_counter: Vec<u8>,
     retry_interval: Duration,
 }
 
@@ -103,6 +105,7 @@ impl LockCore {
         Ok(LockCore {
             pool,
             subscriber,
+            fencing_counter: [settings.key_prefix.as_slice(), FENCING_COUNTER].concat(),
             key_prefix: settings.key_prefix,
             retry_interval: settings.retry_interval,
         })
@@ -121,13 +124,9 @@ impl LockCore {
         LockKeys {
             queue: [lock.as_slice(), b":queue"].concat(),
             waiters: [lock.as_slice(), b":waiters"].concat(),
-            fencing: self.fencing_counter(),
+            fencing: self.fencing_counter.clone(),
             lock,
         }
-    }
-
-    fn fencing_counter(&self) -> Vec<u8> {
-        self.redis_key(FENCING_COUNTER)
     }
 
     /// One attempt, one round trip: the fencing token when `claim.token` now holds the lock,
@@ -145,8 +144,8 @@ impl LockCore {
                     Attempt::Held { .. } => None,
                 });
         }
-        let keys = [self.redis_key(claim.key), self.fencing_counter()];
-        let keys = [keys[0].as_slice(), keys[1].as_slice()];
+        let redis_key = self.redis_key(claim.key);
+        let keys: [&[u8]; 2] = [&redis_key, &self.fencing_counter];
         let ttl = claim.ttl_ms.to_string();
         let undo = |conn: &mut redis::Connection| {
             let keys = self.keys(claim.key);
@@ -243,7 +242,6 @@ impl LockCore {
 
     fn attempt_shared(&self, claim: &Claim, interrupt: &Interrupt) -> Result<Attempt, LockError> {
         let redis_key = self.redis_key(claim.key);
-        let fencing = self.fencing_counter();
         let ttl = claim.ttl_ms.to_string();
         let limit = claim.limit.to_string();
         let args: [&[u8]; 3] = [claim.token.as_bytes(), ttl.as_bytes(), limit.as_bytes()];
@@ -251,7 +249,7 @@ impl LockCore {
             RELEASE_SHARED.send_after(conn, &[&redis_key], &[claim.token.as_bytes()]);
         };
         let reply = self.round_trip(interrupt, Some(&undo), |conn, _| {
-            ACQUIRE_SHARED.run::<Vec<i64>>(conn, &[&redis_key, &fencing], &args)
+            ACQUIRE_SHARED.run::<Vec<i64>>(conn, &[&redis_key, &self.fencing_counter], &args)
         })?;
         Ok(attempt_from(&reply))
     }
@@ -425,7 +423,7 @@ fn attempt_from(reply: &[i64]) -> Attempt {
 /// connection, it could be overtaken by its own late undo.
 fn classify(error: RedisError, interrupt: &Interrupt, undoable: bool) -> Failure {
     let signalled = is_signalled(&error);
-    if signalled && (undoable || interrupt.is_raised_or_signalled()) {
+    if signalled && (undoable || interrupt.takes_signals_to_ruby()) {
         Failure::Interrupted
     } else if signalled {
         Failure::Signalled(error)

@@ -119,13 +119,10 @@ impl Locker {
             let renewal = Renewal { max_hold_ms };
             start_lease(core, &key_bytes, &token, ttl_ms, limit, renewal)
         });
-        let outcome = match &lease {
-            Some(lease) => {
-                let shown = ruby.obj_wrap(Lease(Arc::clone(lease)));
-                ruby.yield_values::<_, Value>((fencing_token, Some(shown)))
-            }
-            None => ruby.yield_values::<_, Value>((fencing_token, None::<Obj<Lease>>)),
-        };
+        let shown = lease
+            .as_ref()
+            .map(|lease| ruby.obj_wrap(Lease(Arc::clone(lease))));
+        let outcome = ruby.yield_values::<_, Value>((fencing_token, shown));
         if let Some(lease) = &lease {
             lease.stop();
         }
