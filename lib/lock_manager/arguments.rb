@@ -6,20 +6,19 @@ module LockManager
     REDIS_SCHEMES = %w[redis rediss unix].freeze
     # Redis keeps PX in a signed 64-bit integer of milliseconds.
     MAX_MILLISECONDS = (2**62) - 1
+    MAX_WHOLE_SECONDS = MAX_MILLISECONDS / 1000
+    BOOLEANS = [true, false].freeze
 
     module_function
 
-    # @return [String] the key as binary bytes (keys are bytes, not text)
+    # @return [String] the key, not copied: the extension reads its bytes whatever its encoding
+    #   (keys are bytes, not text) and copies them before Ruby code can change it
     def key(key)
-      unless key.is_a?(String) || key.is_a?(Symbol)
-        raise ArgumentError,
-              "key must be a String or Symbol, got #{key.inspect}"
-      end
+      key = key.name if key.is_a?(Symbol) # frozen and cached: no new String per call
+      raise ArgumentError, "key must be a String or Symbol, got #{key.inspect}" unless key.is_a?(String)
+      raise ArgumentError, "key must not be empty" if key.empty?
 
-      bytes = key.to_s.b
-      raise ArgumentError, "key must not be empty" if bytes.empty?
-
-      bytes
+      key
     end
 
     # @param value [Integer, Float, ActiveSupport::Duration] (Rails' `10.seconds` works too)
@@ -40,6 +39,9 @@ module LockManager
 
     # @return [Integer] whole milliseconds, at least 1
     def milliseconds(value, name)
+      # Whole seconds, the usual case, skip the Float and ActiveSupport checks.
+      return value * 1000 if value.is_a?(Integer) && value.positive? && value <= MAX_WHOLE_SECONDS
+
       [(seconds(value, name) * 1000).ceil, 1].max
     end
 
@@ -58,7 +60,7 @@ module LockManager
     end
 
     def boolean(value, name)
-      raise ArgumentError, "#{name} must be true or false, got #{value.inspect}" unless [true, false].include?(value)
+      raise ArgumentError, "#{name} must be true or false, got #{value.inspect}" unless BOOLEANS.include?(value)
 
       value
     end

@@ -45,8 +45,8 @@ module LockManager
     # @param renew [Boolean] keep the lock alive while the block runs, for `max_hold` seconds at most
     # @return [Result] run? is false (and the block skipped) when the lock is taken
     def nonblocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, renew: renew?, max_hold: nil, &block)
-      key, ttl, options = lock_arguments(key, timeout, limit, renewal(renew, max_hold), block)
-      synchronize(key, ttl, wait: nil, fair: false, **options, &block) || Result.new(false)
+      synchronize(key, timeout, limit, wait: false, fair: false, renew: renew, max_hold: max_hold, &block) ||
+        Result.new(false)
     end
 
     # Waits up to `timeout` seconds for the lock, then runs the block. The wait is woken by the
@@ -57,14 +57,15 @@ module LockManager
     # @return the block's value
     # @raise [LockNotAcquired] when the lock stays taken for the whole wait
     def blocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, fair: fair?, renew: renew?, max_hold: nil, &block)
-      key, ttl, options = lock_arguments(key, timeout, limit, renewal(renew, max_hold), block)
-      synchronize(key, ttl, wait: ttl / 1000.0, fair: Arguments.boolean(fair, :fair), **options, &block).result
+      fair = Arguments.boolean(fair, :fair)
+      synchronize(key, timeout, limit, wait: true, fair: fair, renew: renew, max_hold: max_hold, &block).result
     end
 
     # @return [Lock, nil] nil when someone else holds the lock
     def try_lock(key, timeout: DEFAULT_TIMEOUT, renew: renew?, max_hold: nil)
       key = Arguments.key(key).dup.freeze # the Lock keeps it: the caller may change theirs
-      taken = native_try_acquire(key, Arguments.milliseconds(timeout, :timeout), *renewal(renew, max_hold))
+      ttl = Arguments.milliseconds(timeout, :timeout)
+      taken = native_try_acquire(key, ttl, renew, renewal_cap(renew, max_hold))
       taken && handle(key, *taken)
     end
 
@@ -74,7 +75,7 @@ module LockManager
       key = Arguments.key(key).dup.freeze # the Lock keeps it: the caller may change theirs
       ttl = Arguments.milliseconds(timeout, :timeout)
       fair = Arguments.boolean(fair, :fair)
-      handle(key, *native_acquire(key, ttl, ttl / 1000.0, fair, *renewal(renew, max_hold)))
+      handle(key, *native_acquire(key, ttl, ttl / 1000.0, fair, renew, renewal_cap(renew, max_hold)))
     end
 
     # @return [Boolean] whether blocking waits are fair unless told otherwise
@@ -102,36 +103,49 @@ module LockManager
 
     private
 
-    # Runs the block under the lock; a lock lost meanwhile is reported as on_lost says.
+    # Checks the arguments of a block call, then runs the block under the lock. The hot path of
+    # every lock call: it builds no arrays or hashes.
     # @return [Result, nil] nil when the lock was taken
-    def synchronize(key, ttl, wait:, limit:, fair:, renewal:, &block)
+    def synchronize(key, timeout, limit, wait:, fair:, renew:, max_hold:, &block)
+      raise ArgumentError, "a block is required" unless block
+
+      ttl = Arguments.milliseconds(timeout, :timeout)
+      max_hold_ms = renewal_cap(renew, max_hold)
+      run_locked(Arguments.key(key), ttl, Arguments.positive_integer(limit, :limit),
+                 wait: wait ? ttl / 1000.0 : nil, fair: fair, renew: renew, max_hold_ms: max_hold_ms, &block)
+    end
+
+    # Runs the block under the lock; a lock lost meanwhile is reported as on_lost says.
+    def run_locked(key, ttl, limit, wait:, fair:, renew:, max_hold_ms:, &block)
       result = value = started = nil
-      held = native_synchronize(key, ttl, wait, limit, fair, *renewal) do |fencing_token, lease|
+      held = native_synchronize(key, ttl, wait, limit, fair, renew, max_hold_ms) do |fencing_token, lease|
         result = Result.new(true, fencing_token: fencing_token, lease: lease)
         started = monotonic
         value = block.arity.zero? ? yield : yield(result)
       end
       return if held.nil?
 
-      lost(key, value, ran_for: monotonic - started, timeout: ttl / 1000.0, renewal: renewal) unless held
+      lost(key, value, ran_for: monotonic - started, ttl: ttl, renew: renew, max_hold_ms: max_hold_ms) unless held
       result.finish(value, lost: !held)
     end
 
-    def lost(key, value, renewal:, **how)
-      renew, max_hold_ms = renewal
-      error = LockLost.new(key, value: value, renewed: renew, max_hold: max_hold_ms && (max_hold_ms / 1000.0), **how)
+    def lost(key, value, ran_for:, ttl:, renew:, max_hold_ms:)
+      error = LockLost.new(key, value: value, ran_for: ran_for, timeout: ttl / 1000.0, renewed: renew,
+                                max_hold: max_hold_ms && (max_hold_ms / 1000.0))
       raise error if @settings[:on_lost] == :raise
 
       LockManager.logger&.warn(error.message)
     end
 
-    # @return [Array(Boolean, Integer)] whether to renew, and for how many ms at most (nil: no cap)
-    def renewal(renew, max_hold)
-      renew = Arguments.boolean(renew, :renew)
+    # Checks `renew` and `max_hold` together.
+    # @return [Integer, nil] how many ms the renewal may go on (nil: no cap, or no renewal)
+    def renewal_cap(renew, max_hold)
+      Arguments.boolean(renew, :renew)
       raise ArgumentError, "max_hold needs renew: true (without renewal the lock lives `timeout`)" if max_hold && !renew
+      return unless renew
 
       max_hold ||= @settings[:max_hold]
-      [renew, renew && max_hold ? Arguments.milliseconds(max_hold, :max_hold) : nil]
+      max_hold && Arguments.milliseconds(max_hold, :max_hold)
     end
 
     def monotonic
@@ -140,14 +154,6 @@ module LockManager
 
     def handle(key, token, fencing_token, lease)
       Lock.new(self, key, token, fencing_token: fencing_token, lease: lease)
-    end
-
-    # @return [Array] the key, the TTL in ms, and the limit and renewal as options of #synchronize
-    def lock_arguments(key, timeout, limit, renewal, block)
-      raise ArgumentError, "a block is required" unless block
-
-      [Arguments.key(key), Arguments.milliseconds(timeout, :timeout),
-       { limit: Arguments.positive_integer(limit, :limit), renewal: renewal }]
     end
   end
 end
