@@ -199,9 +199,16 @@ RSpec.describe "Redis faults" do
       admin.ping
     end
 
-    # EVALSHA (acquires) and EVAL (undos, written after a reply that did not come) Redis ran so far.
-    def script_calls
-      %w[evalsha eval].map { |name| command_calls(admin, name) }
+    # SET (acquires: the SET NX PX of the acquire pipeline) and EVAL (undos, written after a reply
+    # that did not come) Redis ran so far.
+    def acquires_and_undos
+      %w[set eval].map { |name| command_calls(admin, name) }
+    end
+
+    # Connects, and runs a whole lock cycle: once a Locker has run a script, its acquires are the
+    # scriptless SET NX + INCR pipeline, the hot path these faults must hit.
+    def warm_up(locker)
+      locker.nonblocking_lock("warm") {}
     end
 
     def acquire(locker, method, key)
@@ -227,10 +234,10 @@ RSpec.describe "Redis faults" do
       %i[nonblocking_lock try_lock blocking_lock].each do |method|
         it "SIGSTOP, #{method}: still TimeoutError within about read_timeout, and no lock left", :aggregate_failures do
           locker = locker_on(server, pool_size: 1, read_timeout: 0.3, connect_timeout: 0.3)
-          locker.locked?("warm")
+          warm_up(locker)
           ours = pool_client_ids(admin)
           other = foreign_lock(server, "other")
-          before = script_calls
+          before = acquires_and_undos
 
           server.pause
           stray = stray_sigchld_after(0.1)
@@ -239,7 +246,7 @@ RSpec.describe "Redis faults" do
           server.resume
           eventually { (pool_client_ids(admin) & ours).empty? }
           sleep 0.3 # Redis has run what the gem's connections had sent before they closed
-          acquired, undone = script_calls.zip(before).map { |now, was| now - was }
+          acquired, undone = acquires_and_undos.zip(before).map { |now, was| now - was }
           report(error: error.class, took: took, acquired: acquired, undone: undone, left_ms: admin.pttl(key_of("k")))
 
           expect(error).to be_a(LockManager::TimeoutError)
@@ -254,7 +261,7 @@ RSpec.describe "Redis faults" do
         other = foreign_lock(server, "other")
         outcomes = Array.new(5) do |i|
           locker = locker_on(server, pool_size: 1, read_timeout: 0.3, connect_timeout: 0.3)
-          locker.locked?("warm")
+          warm_up(locker)
           admin.call("CLIENT", "PAUSE", 700, "ALL")
           stray = stray_sigchld_after(0.1)
           outcome = outcome_and_time { acquire(locker, :try_lock, "k#{i}") }
@@ -280,11 +287,11 @@ RSpec.describe "Redis faults" do
       %i[nonblocking_lock try_lock blocking_lock].each do |method|
         it "#{fault}, #{method}: TimeoutError within about read_timeout, connection dropped, no lock left" do
           locker = locker_on(server, pool_size: 1, read_timeout: 0.3, connect_timeout: 0.3)
-          locker.locked?("warm")
+          warm_up(locker)
           ours = pool_client_ids(admin)
           other = foreign_lock(server, "other")
           expect(locker.pool_state).to eq([1, 1])
-          before = script_calls
+          before = acquires_and_undos
 
           stall(fault)
           outcome = outcome_and_time { acquire(locker, method, "k") }
@@ -301,7 +308,7 @@ RSpec.describe "Redis faults" do
           # it with the connection, closed meanwhile (CLIENT PAUSE).
           eventually { (pool_client_ids(admin) & ours).empty? }
           expect(admin.exists?(key_of("k"))).to be(false)
-          acquired, undone = script_calls.zip(before).map { |now, was| now - was }
+          acquired, undone = acquires_and_undos.zip(before).map { |now, was| now - was }
           expect(undone).to eq(acquired)
           expect(acquired).to eq(1) if fault == "SIGSTOP"
           sleep 0.2

@@ -65,6 +65,32 @@ RSpec.describe "Interrupts" do
     server&.shutdown
   end
 
+  # The acquire is two pipelined commands: a read that went on to the second reply after the
+  # first was interrupted would wait out read_timeout (10 s here; it takes about 1 ms).
+  it "Thread#raise stops acquires stuck on a Redis that stopped answering at once, and they are undone" do
+    server = RedisServer.new.start
+    stalled = LockManager::Locker.new(redis_url: server.url, read_timeout: 10, key_prefix: "raise:")
+    stalled.nonblocking_lock("warm") {} # a script ran: acquires are now the SET NX + INCR pipeline
+    took = Array.new(5) do |i|
+      server.pause
+      thread = waiter { stalled.nonblocking_lock("k#{i}") { :never } }
+      stopped_in = elapsed do
+        thread.raise(RuntimeError, "stop")
+        thread.join
+      end
+      server.resume
+      expect(thread.value).to be_a(RuntimeError)
+      stopped_in
+    end
+
+    expect(took.max).to be < 0.1
+    sleep 0.2 # Redis runs what the dropped connections had sent: each acquire, then its undo
+    expect(server.client.keys("raise:k*")).to eq([])
+  ensure
+    server&.resume
+    server&.shutdown
+  end
+
   it "Thread#wakeup does not abort a wait: it goes on and succeeds" do
     thread = waiter { locker.blocking_lock("held", timeout: 20) { :got_it } }
     3.times { thread.wakeup && sleep(0.02) }

@@ -1,6 +1,7 @@
 //! The lock algorithm: SET NX PX with a unique token to acquire, a compare-and-delete that
 //! hands the lock to the next queued waiter to release, and event-driven waiting.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::{RedisError, Value};
@@ -9,7 +10,8 @@ use crate::error::LockError;
 use crate::gvl::Interrupt;
 use crate::pool::{is_signalled, Pool, PoolSettings, STRAY_SIGNAL_RETRIES};
 use crate::scripts::{
-    ACQUIRE, ACQUIRE_SHARED, LEAVE, REFRESH, REFRESH_SHARED, RELEASE, RELEASE_SHARED, WAIT,
+    self, Acquired, ACQUIRE, ACQUIRE_SHARED, LEAVE, REFRESH, REFRESH_SHARED, RELEASE,
+    RELEASE_SHARED, WAIT,
 };
 use crate::subscriber::Subscriber;
 use crate::wait::{next_pause, Backoff, HEARTBEAT};
@@ -36,6 +38,10 @@ pub struct LockCore {
     key_prefix: Vec<u8>,
     /// The fencing counter's full key (built once: every acquire names it).
     fencing_counter: Vec<u8>,
+    /// Whether the Redis user may run our scripts, shown by one that ran. Until then acquires go
+    /// through the ACQUIRE script, not the scriptless pipeline: a user who could take a lock but
+    /// never release it is refused before it takes anything.
+    scripts_allowed: AtomicBool,
     retry_interval: Duration,
 }
 
@@ -106,6 +112,7 @@ impl LockCore {
             pool,
             subscriber,
             fencing_counter: [settings.key_prefix.as_slice(), FENCING_COUNTER].concat(),
+            scripts_allowed: AtomicBool::new(false),
             key_prefix: settings.key_prefix,
             retry_interval: settings.retry_interval,
         })
@@ -145,22 +152,40 @@ impl LockCore {
                 });
         }
         let redis_key = self.redis_key(claim.key);
-        let keys: [&[u8]; 2] = [&redis_key, &self.fencing_counter];
         let ttl = claim.ttl_ms.to_string();
+        let handoff = HEARTBEAT.as_millis().to_string();
+        let release_args: [&[u8]; 2] = [claim.token.as_bytes(), handoff.as_bytes()];
         let undo = |conn: &mut redis::Connection| {
-            let keys = self.keys(claim.key);
-            let handoff = HEARTBEAT.as_millis().to_string();
-            RELEASE.send_after(
-                conn,
-                &keys.all(),
-                &[claim.token.as_bytes(), handoff.as_bytes()],
-            );
+            RELEASE.send_after(conn, &self.keys(claim.key).all(), &release_args);
         };
+        let scripts_allowed = self.scripts_allowed.load(Ordering::Acquire);
         // Re-sent after a dropped connection, it succeeds if the first one took the lock.
-        self.round_trip(interrupt, Some(&undo), |conn, _| {
-            ACQUIRE
-                .run::<u64>(conn, &keys, &[claim.token.as_bytes(), ttl.as_bytes()])
-                .map(|fencing_token| (fencing_token > 0).then_some(fencing_token))
+        self.round_trip(interrupt, Some(&undo), |conn, attempt| {
+            if !scripts_allowed {
+                let keys: [&[u8]; 2] = [&redis_key, &self.fencing_counter];
+                let fencing_token =
+                    ACQUIRE.run::<u64>(conn, &keys, &[claim.token.as_bytes(), ttl.as_bytes()])?;
+                self.scripts_allowed.store(true, Ordering::Release);
+                return Ok((fencing_token > 0).then_some(fencing_token));
+            }
+            let acquired = scripts::acquire(
+                conn,
+                &redis_key,
+                &self.fencing_counter,
+                claim.token,
+                &ttl,
+                attempt > 0,
+            )?;
+            match acquired {
+                Acquired::Taken(fencing_token) => Ok(Some(fencing_token)),
+                Acquired::Held => Ok(None),
+                Acquired::Unfenced(refusal) => {
+                    // A lock without a fencing token is not handed out: release it, then say why.
+                    let keys = self.keys(claim.key);
+                    RELEASE.run::<i64>(conn, &keys.all(), &release_args)?;
+                    Err(refusal)
+                }
+            }
         })
     }
 

@@ -427,3 +427,49 @@ fn fencing_tokens_grow_across_keys_expiry_waiters_and_a_lost_counter() {
     );
     assert_eq!(take(b"i", "six", 10_000, 1), after_loss + 1);
 }
+
+#[test]
+fn a_lock_whose_fencing_token_is_refused_is_not_left_held_and_the_refusal_reported() {
+    let server = RedisServer::start();
+    let core = core(&server.url(), 1);
+    let mut admin = server.client();
+    let corrupt_counter = |admin: &mut redis::Connection| {
+        redis::cmd("SET")
+            .arg("t:lock_manager:fencing_token")
+            .arg("not a number")
+            .query::<()>(admin)
+            .unwrap();
+    };
+    let refused = |key: &[u8]| {
+        let error = core
+            .try_acquire(&claim(key, "mine", 10_000, 1), &never())
+            .unwrap_err();
+        assert!(
+            matches!(&error, LockError::Server { reply, .. } if reply.contains("not an integer")),
+            "{error:?}"
+        );
+        assert!(
+            !core.locked(key, &never()).unwrap(),
+            "no lock without a fencing token"
+        );
+        assert_eq!(
+            core.pool().state(),
+            (1, 1),
+            "the connection is fine, and pooled"
+        );
+    };
+    // The first acquire of a core runs as one script: the counter fails it before the SET.
+    corrupt_counter(&mut admin);
+    refused(b"by-script");
+    // Once a script ran, acquires are the SET NX + INCR pipeline: the SET it made is undone.
+    redis::cmd("DEL")
+        .arg("t:lock_manager:fencing_token")
+        .query::<()>(&mut admin)
+        .unwrap();
+    assert!(core
+        .try_acquire(&claim(b"warm", "w", 10_000, 1), &never())
+        .unwrap()
+        .is_some());
+    corrupt_counter(&mut admin);
+    refused(b"by-pipeline");
+}
