@@ -1,7 +1,8 @@
 # frozen_string_literal: true
 
-# The gem's 1-thread uncontended nonblocking_lock against the floor: the same two commands from
-# plain Rust on one connection (ext/lock_manager/examples/floor.rs), on the same Redis in the same run.
+# The gem's uncontended nonblocking_lock against the floor: the same round trips from plain Rust
+# (ext/lock_manager/examples/floor.rs), on the same Redis in the same run. With 1 thread (one
+# connection) and with 8 (each thread its own connection and key, as bench/locks.rb's 8 threads).
 #
 #   bundle exec ruby bench/floor.rb
 #
@@ -18,9 +19,11 @@ SECONDS = Float(ENV.fetch("BENCH_SECONDS", "3"))
 ROOT = File.expand_path("..", __dir__)
 FLOOR = File.join(ROOT, "target/release/examples/floor")
 
-# @return [Float] cycles/s of the Rust floor, run under `prefix` (e.g. taskset)
-def floor(url, prefix)
-  output = IO.popen([*prefix, FLOOR, url, SECONDS.to_s], &:read)
+THREADS = [1, 8].freeze
+
+# @return [Float] cycles/s of the Rust floor on `threads` connections, run under `prefix` (e.g. taskset)
+def floor(url, prefix, threads)
+  output = IO.popen([*prefix, FLOOR, url, SECONDS.to_s, threads.to_s], &:read)
   raise "the floor example failed: #{output}" unless $CHILD_STATUS.success? && output =~ %r{= ([\d.]+) cycles/s}
 
   Float(Regexp.last_match(1))
@@ -33,14 +36,33 @@ def gem(locker)
   Bench.lock_cycles(locker, "bench:floor:#{Process.pid}", deadline: start + SECONDS) / (Bench.now - start)
 end
 
-# The gem on the main thread (alone: Ruby 3.1 then starts a helper thread around every GVL-free call)
-# and on a thread of its own (what Sidekiq's and Puma's threads are, and what bench/locks.rb measures).
-def row(label, floor, locker)
-  gems = [gem(locker), Thread.new { gem(locker) }.value]
-  format("%<label>-9s floor %<floor>6.0f cycles/s   gem: main thread %<main>6.0f cycles/s = %<main_share>4.1f%%, " \
-         "other thread %<other>6.0f cycles/s = %<other_share>4.1f%% of floor",
-         label: label, floor: floor, main: gems[0], main_share: gems[0] / floor * 100,
-         other: gems[1], other_share: gems[1] / floor * 100)
+# @return [Float] cycles/s of the gem's nonblocking_lock on `threads` threads, each on its own key
+def gem_threads(locker, threads)
+  start = Bench.now
+  workers = Array.new(threads) do |i|
+    Thread.new { Bench.lock_cycles(locker, "bench:floor:#{Process.pid}:#{i}", deadline: start + SECONDS) }
+  end
+  workers.sum(&:value) / (Bench.now - start)
+end
+
+def share(gem, floor)
+  format("%<gem>6.0f cycles/s = %<share>4.1f%%", gem: gem, share: gem / floor * 100)
+end
+
+# The gem on the main thread (alone: Ruby 3.1 then starts a helper thread around every GVL-free call,
+# unless the unblocking function is async-signal-safe, as ours is on Linux) and on a thread of its
+# own (what Sidekiq's and Puma's threads are, and what bench/locks.rb measures).
+def row(label, url, prefix, locker)
+  THREADS.map do |threads|
+    floor = floor(url, prefix, threads)
+    gem = if threads == 1
+            "main thread #{share(gem(locker), floor)}, other thread #{share(Thread.new { gem(locker) }.value, floor)}"
+          else
+            "#{threads} threads #{share(gem_threads(locker, threads), floor)}"
+          end
+    format("%<label>-9s %<threads>d thread%<s>-2s floor %<floor>6.0f cycles/s   gem: %<gem>s of floor",
+           label: label, threads: threads, s: threads > 1 ? "s" : "", floor: floor, gem: gem)
+  end
 end
 
 # Puts this process (every thread) and, when this run started it, redis-server on CPU 0.
@@ -61,11 +83,11 @@ end
 url = Bench.redis_url
 Bench.header(url)
 puts "#{SECONDS} s per measurement", ""
-locker = LockManager::Locker.new(redis_url: url, pool_size: 1)
-puts row("unpinned", floor(url, []), locker)
+locker = LockManager::Locker.new(redis_url: url, pool_size: THREADS.max)
+puts row("unpinned", url, [], locker)
 if system("which", "taskset", out: File::NULL)
   pin(url)
-  puts row("pinned", floor(url, %w[taskset -c 0]), locker)
+  puts row("pinned", url, %w[taskset -c 0], locker)
 else
   puts "pinned    n/a (taskset is not installed)"
 end

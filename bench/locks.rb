@@ -37,6 +37,7 @@ end
 # @return [Array(Integer, Float, Float, Float)] cycles, wall seconds, process CPU seconds,
 #   redis-server CPU seconds
 def run(name, locker, threads, seconds)
+  GC.start # each round pays for its own garbage only, not for the other implementation's
   cpu_start = now(Process::CLOCK_PROCESS_CPUTIME_ID)
   redis_start = redis_cpu
   start = now
@@ -93,6 +94,16 @@ def cores_busy((_cycles, wall, cpu, redis))
   (cpu + redis) / wall
 end
 
+# How busy redis-server kept its one core (it runs commands on one thread): near 1, Redis itself
+# bounds the throughput.
+def redis_busy((_cycles, wall, _cpu, redis))
+  redis / wall
+end
+
+def redis_us_per_cycle((cycles, _wall, _cpu, redis))
+  redis / cycles * 1e6
+end
+
 def row(label, gem, baseline, unit, note = "")
   format("%<label>-31s %<gem>9.1f %<unit>-5s %<baseline>9.1f %<unit>-5s %<ratio>11.2fx %<note>s",
          label: label, gem: gem, baseline: baseline, unit: unit, ratio: gem / baseline, note: note).rstrip
@@ -121,6 +132,9 @@ begin
     puts row("nonblocking_lock, #{threads} thread#{"s" if threads > 1}",
              ops_per_second(gem), ops_per_second(baseline), "ops/s")
     puts row("  cores busy (client + redis)", cores_busy(gem), cores_busy(baseline), "cores")
+    puts row("  redis-server busy (its 1 core)", redis_busy(gem) * 100, redis_busy(baseline) * 100, "%")
+    puts row("  redis-server CPU per cycle", redis_us_per_cycle(gem), redis_us_per_cycle(baseline), "µs")
+    puts row("  client CPU per cycle", cpu_us_per_cycle(gem), cpu_us_per_cycle(baseline), "µs") if threads > 1
     next unless threads == 1
 
     cpu_ratio = cpu_us_per_cycle(gem) / cpu_us_per_cycle(baseline)
