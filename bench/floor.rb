@@ -11,13 +11,10 @@
 # redis-server on CPU 0 (`taskset`, when installed; a REDIS_URL server is left where it is).
 
 require "English"
-require "open3"
-require "rbconfig"
 require_relative "support"
 
 SECONDS = Float(ENV.fetch("BENCH_SECONDS", "3"))
-ROOT = File.expand_path("..", __dir__)
-FLOOR = File.join(ROOT, "target/release/examples/floor")
+FLOOR = Bench.example("floor")
 
 THREADS = [1, 8].freeze
 
@@ -72,14 +69,6 @@ def pin(url)
   pids.each { |pid| system("taskset", "-a", "-p", "-c", "0", pid.to_s, out: File::NULL, exception: true) }
 end
 
-# Cargo builds the crate's library before any example: when that fails (the library is being
-# edited), the floor built before is still the same program.
-cargo_output, built = Open3.capture2e({ "RUBY" => RbConfig.ruby }, "cargo", "build", "--quiet", "--release",
-                                      "--example", "floor", chdir: ROOT)
-unless built.success?
-  abort "cannot build the floor example:\n#{cargo_output}" unless File.executable?(FLOOR)
-  warn "cargo build failed: using the floor example built before (#{File.mtime(FLOOR)})"
-end
 url = Bench.redis_url
 Bench.header(url)
 puts "#{SECONDS} s per measurement", ""

@@ -2,18 +2,22 @@
 
 # One key, several contenders: how fast and how fairly the lock passes from holder to waiter.
 # This gem (default and fair: true) against the seed design (bench/baseline.rb), on the same
-# Redis in the same run.
+# Redis in the same run, and against the floor: the gem's own lock core driven by Rust threads or
+# processes with no Ruby in the loop (ext/lock_manager/examples/handoff_floor.rs).
 #
 #   bundle exec ruby bench/handoff.rb
 #
 # Starts a throwaway redis-server on a free loopback port unless REDIS_URL is set.
 #   threads    4 threads x 25 blocking_lock turns at one key, each holding it 2 ms: the total time
-#              against the ideal 100 x 2 ms, and each turn's wait (call to block entry)
-#   processes  the same with 4 forked processes
+#              against the ideal 100 x 2 ms (the median of REPEATS runs, default 3), and each
+#              turn's wait (call to block entry); the gem's rows also show their total time
+#              against the floor's with the same options
+#   processes  the same with 4 forked processes (the floor: 4 processes of the example)
 #   latency    a holder leaves its block while another thread already waits in blocking_lock: the
 #              time from the holder's last instant in its block to the waiter's first in its own
 #              (ROUNDS of them, default 200)
 
+require "English"
 require "digest/sha1" # before the threads: the baseline's first Digest::SHA1 autoload is not thread-safe
 require_relative "support"
 require_relative "baseline"
@@ -28,11 +32,23 @@ ROUNDS = Integer(ENV.fetch("ROUNDS", "200"))
 LATENCY_HOLD = 0.02                     # long enough for the waiter to be waiting
 LATENCY_TARGET = 0.001                  # median release-to-acquire
 WARM_UP_ROUNDS = 5                      # latency rounds run first and not counted
+REPEATS = Integer(ENV.fetch("REPEATS", "3")) # contention runs of each implementation
 
-# One way to lock: the gem with some blocking_lock options, or the baseline.
+FLOOR = Bench.example("handoff_floor")
+
+# One way to lock: the gem with some blocking_lock options, the floor under it, or the baseline.
 Implementation = Struct.new(:name, :options) do
   def gem?
     name.start_with?("gem")
+  end
+
+  def floor?
+    name.start_with?("floor")
+  end
+
+  # The floor's processes share the wall clock, not Ruby's monotonic one.
+  def clock
+    floor? ? Process::CLOCK_REALTIME : Process::CLOCK_MONOTONIC
   end
 
   def available?
@@ -50,7 +66,8 @@ Implementation = Struct.new(:name, :options) do
   end
 end
 
-IMPLEMENTATIONS = [Implementation.new("gem", {}), Implementation.new("gem fair: true", { fair: true }),
+IMPLEMENTATIONS = [Implementation.new("floor (Rust)", {}), Implementation.new("floor fair: true", { fair: true }),
+                   Implementation.new("gem", {}), Implementation.new("gem fair: true", { fair: true }),
                    Implementation.new("baseline", {})].freeze
 
 # One worker's turns at `key`, from `start_at` (a monotonic time: the same in every process).
@@ -81,6 +98,26 @@ def fork_worker(impl, url, key, start_at)
   Bench.fork_reporting { turns(impl, impl.locker(url, 1), key, start_at) }
 end
 
+# The floor's workers: `processes` runs of the example, `threads` worker threads in each.
+# @return [Array(Array<Float>, Float)] per worker, as #turns
+def floor_workers(impl, url, key, start_at, processes:, threads:)
+  command = [FLOOR, url, key, threads, TURNS, HOLD * 1000, start_at, *("fair" if impl.options[:fair])].map(&:to_s)
+  Array.new(processes) { IO.popen(command) }.flat_map do |output|
+    lines = output.readlines
+    output.close
+    raise "the handoff_floor example failed: #{lines.join}" unless $CHILD_STATUS.success?
+
+    lines.map { |line| floor_worker(line) }
+  end
+end
+
+# @param line [String] "worker <finished at> <wait> <wait> ..." (seconds)
+# @return [Array(Array<Float>, Float)] the worker's waits, and when it finished
+def floor_worker(line)
+  finished, *waits = line.split.drop(1).map { |number| Float(number) }
+  [waits, finished]
+end
+
 def in_processes(impl, url, key, start_at)
   Array.new(WORKERS) { fork_worker(impl, url, key, start_at) }.map do |pid, reader|
     result = Marshal.load(reader.read) # rubocop:disable Security/MarshalLoad -- from our own child
@@ -91,18 +128,54 @@ def in_processes(impl, url, key, start_at)
   end
 end
 
+# @return [Array<Array(Array<Float>, Float)>] per worker: its waits, and when it finished
+def workers(workload, impl, url, key, start_at)
+  threads = workload == "threads"
+  if impl.floor?
+    floor_workers(impl, url, key, start_at, processes: threads ? 1 : WORKERS, threads: threads ? WORKERS : 1)
+  else
+    threads ? in_threads(impl, url, key, start_at) : in_processes(impl, url, key, start_at)
+  end
+end
+
+# One contention run.
+# @return [Array(Float, Array<Float>)] the total time against the ideal, and every turn's wait
+def contention_run(workload, impl, url, run)
+  start_at = Bench.now(impl.clock) + 0.5 # time for every worker to connect, and for the children to start
+  key = "bench:handoff:#{Process.pid}:#{workload}:#{impl.name}:#{run}"
+  results = workers(workload, impl, url, key, start_at)
+  [(results.map(&:last).max - start_at) / IDEAL, results.flat_map(&:first)]
+end
+
+# REPEATS runs of each implementation, interleaved (a slow spell of a shared machine hits them
+# all); a row shows the median run's total time, the range, and the waits of every run.
+# @return [Hash{Implementation => Array<String, nil>}] each row's figures and verdicts
+def contention(workload, url)
+  runs = Hash.new { |hash, impl| hash[impl] = [] }
+  REPEATS.times do |run|
+    IMPLEMENTATIONS.select(&:available?).each { |impl| runs[impl] << contention_run(workload, impl, url, run) }
+  end
+  floors = {}
+  runs.to_h do |impl, measured|
+    ratio = Bench.percentile(measured.map(&:first), 0.5)
+    floors[impl.options] = ratio if impl.floor?
+    [impl, contention_row(impl, measured, ratio, floors[impl.options])]
+  end
+end
+
+# @param floor [Float, nil] the floor's median total time against the ideal, with the same options
 # @return [Array<String, nil>] the row's figures and verdicts
-def contention(workload, impl, url)
-  start_at = Bench.now + 0.5 # time for every worker to connect, and for the children to start
-  key = "bench:handoff:#{Process.pid}:#{workload}:#{impl.name}"
-  results = workload == "threads" ? in_threads(impl, url, key, start_at) : in_processes(impl, url, key, start_at)
-  waits = results.flat_map(&:first)
-  ratio = (results.map(&:last).max - start_at) / IDEAL
-  p50, p99 = [0.5, 0.99].map { |fraction| Bench.percentile(waits, fraction) }
-  [format("%<ratio>5.2fx ideal   wait p50 %<p50>8s  p99 %<p99>8s",
-          ratio: ratio, p50: Bench.ms(p50), p99: Bench.ms(p99)),
-   ("wall: #{Bench.verdict(ratio, WALL_TARGET)}" if impl.gem?),
-   ("p99: #{Bench.verdict(p99, P99_TARGET)}" if impl.options[:fair])]
+def contention_row(impl, measured, ratio, floor)
+  ratios = measured.map(&:first)
+  p50, p99 = [0.5, 0.99].map { |fraction| Bench.percentile(measured.flat_map(&:last), fraction) }
+  cells = [format("%<ratio>5.2fx ideal (%<min>.2f-%<max>.2f)   wait p50 %<p50>8s  p99 %<p99>8s",
+                  ratio: ratio, min: ratios.min, max: ratios.max, p50: Bench.ms(p50), p99: Bench.ms(p99))]
+  return cells unless impl.gem?
+
+  cells << format("%.2fx floor", ratio / floor) if floor
+  cells << "wall: #{Bench.verdict(ratio, WALL_TARGET)}"
+  cells << "p99: #{Bench.verdict(p99, P99_TARGET)}" if impl.options[:fair]
+  cells
 end
 
 # The waiter of #release_to_acquire: each round, once the holder holds the key, waits for it.
@@ -152,14 +225,11 @@ puts "#{WORKERS} x #{TURNS} turns holding #{Bench.ms(HOLD)} (ideal #{IDEAL} s; "
      "targets: wall <= #{WALL_TARGET}x ideal, fair p99 <= #{Bench.ms(P99_TARGET)}); " \
      "latency: #{ROUNDS} rounds (target: median <= #{Bench.ms(LATENCY_TARGET)})", ""
 %w[threads processes latency].each do |workload|
+  rows = workload == "latency" ? {} : contention(workload, url)
   IMPLEMENTATIONS.each do |impl|
-    cells = if !impl.available?
-              [Bench::FAIR_NOT_AVAILABLE]
-            elsif workload == "latency"
-              latency(impl, url)
-            else
-              contention(workload, impl, url)
-            end
-    puts [format("%<workload>-10s %<impl>-15s", workload: workload, impl: impl.name), *cells.compact].join("   ")
+    next if impl.floor? && workload == "latency"
+
+    cells = impl.available? ? rows.fetch(impl) { latency(impl, url) } : [Bench::FAIR_NOT_AVAILABLE]
+    puts [format("%<workload>-10s %<impl>-16s", workload: workload, impl: impl.name), *cells.compact].join("   ")
   end
 end

@@ -2,6 +2,8 @@
 
 # What the bench scripts share: a Redis to run against, a clock, percentiles and verdicts.
 
+require "open3"
+require "rbconfig"
 require_relative "../lib/lock_manager"
 require_relative "../spec/support/redis_server"
 
@@ -37,6 +39,23 @@ module Bench
     puts "date:         #{Time.now.strftime("%F %T %z")}"
   ensure
     redis&.close
+  end
+
+  # Builds the crate's example `name` (ext/lock_manager/examples) with cargo.
+  # @return [String] the path of its executable
+  def example(name)
+    root = File.expand_path("..", __dir__)
+    path = File.join(root, "target/release/examples", name)
+    output, built = Open3.capture2e({ "RUBY" => RbConfig.ruby }, "cargo", "build", "--quiet", "--release",
+                                    "--example", name, chdir: root)
+    return path if built.success?
+
+    # Cargo builds the library before any example: when that fails (the library is being edited),
+    # the example built before is still the same program.
+    abort "cannot build the #{name} example:\n#{output}" unless File.executable?(path)
+
+    warn "cargo build failed: using the #{name} example built before (#{File.mtime(path)})"
+    path
   end
 
   # Uncontended lock + empty block + unlock cycles on `key`: `count` of them, or as many as fit
