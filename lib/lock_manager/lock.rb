@@ -19,8 +19,8 @@ module LockManager
       @locker.send(:native_owned, @key, @token)
     end
 
-    # @return [Boolean] true once the renewal (renew: true) found the lock lost; without renew,
-    #   nothing watches the lock: ask #owned?
+    # @return [Boolean] true once the renewal (renew: true), or the one extension of a lock a
+    #   release handed over, found the lock lost; otherwise nothing watches the lock: ask #owned?
     def lost?
       @lease&.lost? || false
     end

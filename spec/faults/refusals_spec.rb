@@ -356,8 +356,8 @@ RSpec.describe "Refusals" do
       thread
     end
 
-    it "queue, hand over (woken by a publication on exactly their channel) and issue growing fencing tokens " \
-       "with blocking_lock" do
+    it "queue, hand over (by a publication on exactly their channel, naming the new holder and its fencing " \
+       "token) and issue growing fencing tokens with blocking_lock" do
       l = locker(pool_size: 4)
       other = locker
       keys.each do |name, key|
@@ -371,7 +371,8 @@ RSpec.describe "Refusals" do
         expect(holder.release).to be(true)
         fencing_token, got_at = waiter.value
 
-        expect(publication.value).to eq(["lock_manager:#{prefix}".b + key.to_s.b, queued.first]), name
+        channel = "lock_manager:#{prefix}".b + key.to_s.b
+        expect(publication.value).to eq([channel, "#{queued.first} #{fencing_token}".b]), name
         expect(got_at - released_at).to be < 1.0, name
         expect(fencing_token).to be > holder.fencing_token
         expect(held_keys(admin, "*")).to eq([]), name

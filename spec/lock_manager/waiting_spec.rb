@@ -73,6 +73,36 @@ RSpec.describe "Waiting for a lock" do
     expect(took).to be_between(0.35, 0.8)
   end
 
+  it "keeps a lock handed over by a release (taken on the release's message alone, for 2 s) for the waiter's " \
+     "whole timeout, in a block and as a handle" do
+    l = locker(pool_size: 4)
+    other = locker
+    holders = %w[block handle].map { |key| l.try_lock(key, timeout: 30) }
+    in_block = Queue.new
+    block_waiter = Thread.new do
+      l.blocking_lock("block", timeout: 30) do |result|
+        sleep 2.5 # past the hand-off's 2 s
+        in_block << [admin.pttl("#{prefix}block"), other.try_lock("block"), result.lost?, result.fencing_token]
+        :ran
+      end
+    end
+    handle_waiter = Thread.new { l.lock("handle", timeout: 30) }
+    eventually { %w[block handle].all? { |key| admin.zcard("#{prefix}#{key}:queue") == 1 } }
+    holders.each(&:release)
+    handle = handle_waiter.value
+    sleep 2.5
+
+    expect([admin.pttl("#{prefix}handle"), other.try_lock("handle"), handle.owned?, handle.lost?])
+      .to match([be > 25_000, nil, true, false])
+    expect(handle.fencing_token).to be > holders.last.fencing_token
+    expect(handle.release).to be(true)
+    expect(block_waiter.value).to eq(:ran)
+    *seen, fencing_token = in_block.pop
+    expect(seen).to match([be > 25_000, nil, false])
+    expect(fencing_token).to be > holders.first.fencing_token
+    expect(held_keys(admin, "#{prefix}*")).to eq([])
+  end
+
   it "shares one subscriber connection between all waiting threads of a Locker" do
     l = locker(pool_size: 8)
     holders = Array.new(8) { |i| l.try_lock("k#{i}") }

@@ -55,8 +55,13 @@ fn cycles(
 ) -> redis::RedisResult<u64> {
     let key = format!("lock:floor:{}:{thread}", std::process::id());
     let (queue, waiters) = (format!("{key}:queue"), format!("{key}:waiters"));
-    let lock_keys: [&[u8]; 3] = [key.as_bytes(), queue.as_bytes(), waiters.as_bytes()];
     let counter = b"lock:lock_manager:fencing_token";
+    let lock_keys: [&[u8]; 4] = [
+        key.as_bytes(),
+        queue.as_bytes(),
+        waiters.as_bytes(),
+        counter,
+    ];
     let mut cycles: u64 = 0;
     while Instant::now() < deadline {
         let token = uuid::Uuid::new_v4().to_string();

@@ -8,7 +8,7 @@
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 #[cfg(not(target_os = "linux"))]
 use std::sync::{Condvar, Mutex};
@@ -37,6 +37,8 @@ pub struct Interrupt {
 pub struct Waker {
     /// 1 once woken, until the sleeper consumes it.
     woken: AtomicU32,
+    /// The fencing token of a lock a release handed to the sleeper (0: none), until it takes it.
+    handed: AtomicU64,
     #[cfg(not(target_os = "linux"))]
     parked: Mutex<()>,
     #[cfg(not(target_os = "linux"))]
@@ -48,6 +50,17 @@ impl Waker {
     pub fn wake(&self) {
         self.woken.store(1, Ordering::Release);
         self.notify();
+    }
+
+    /// Wakes the thread with the news that a release handed it the lock, with this fencing token.
+    pub fn hand_over(&self, fencing_token: u64) {
+        self.handed.store(fencing_token, Ordering::Release);
+        self.wake();
+    }
+
+    /// The fencing token of a lock handed over since the last call, if any.
+    pub fn take_handed(&self) -> Option<u64> {
+        Some(self.handed.swap(0, Ordering::AcqRel)).filter(|&token| token != 0)
     }
 
     #[cfg(target_os = "linux")]

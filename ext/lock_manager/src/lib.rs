@@ -14,7 +14,7 @@ mod wait;
 
 pub use error::LockError;
 pub use gvl::Interrupt;
-pub use lock::{Claim, LockCore, LockSettings};
+pub use lock::{Acquisition, Claim, LockCore, LockSettings};
 pub use pool::PoolSettings;
 
 use magnus::{function, method, prelude::*, Error, Ruby};

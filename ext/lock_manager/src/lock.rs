@@ -16,6 +16,12 @@ use crate::scripts::{
 use crate::subscriber::Subscriber;
 use crate::wait::{next_pause, Backoff, HEARTBEAT};
 
+/// A lock handed over by a release is taken on the word of the release's message only while
+/// the attempt that queued its waiter was sent less than this share of the hand-off's TTL ago:
+/// the lock then stays valid for at least the rest. Otherwise the waiter confirms with a round
+/// trip, which also resets the TTL.
+const TRUSTED_SHARE_OF_HANDOFF: u32 = 2;
+
 pub struct LockSettings {
     pub pool: PoolSettings,
     pub key_prefix: Vec<u8>,
@@ -52,6 +58,16 @@ const FENCING_COUNTER: &[u8] = b"lock_manager:fencing_token";
 /// A fencing token: a number, issued with each acquisition, that only grows for a key.
 pub type FencingToken = u64;
 
+/// A lock taken by `acquire_until`.
+#[derive(Debug)]
+pub struct Acquisition {
+    pub fencing_token: FencingToken,
+    /// Set when a release handed the lock over with the hand-off's TTL, shorter than the
+    /// claim's: the lock lasts until this instant at least, and must be extended before it
+    /// (see `renewal.rs`).
+    pub expires_early: Option<Instant>,
+}
+
 /// The Redis keys of one plain lock: the lock, its queue of waiters, and their details; and the
 /// fencing counter.
 struct LockKeys {
@@ -62,11 +78,8 @@ struct LockKeys {
 }
 
 impl LockKeys {
-    fn all(&self) -> [&[u8]; 3] {
-        [&self.lock, &self.queue, &self.waiters]
-    }
-
-    fn all_and_fencing(&self) -> [&[u8]; 4] {
+    /// KEYS of the plain-lock scripts.
+    fn all(&self) -> [&[u8]; 4] {
         [&self.lock, &self.queue, &self.waiters, &self.fencing]
     }
 }
@@ -192,21 +205,25 @@ impl LockCore {
     /// Waits until `claim.token` holds the lock or `deadline` passes. Woken by releases
     /// (published by whoever releases, in any process), by the holder's TTL running out, or
     /// after a backoff when releases cannot reach us. `started` is when the caller began waiting.
-    /// Returns the fencing token.
     pub fn acquire_until(
         &self,
         claim: &Claim,
         started: Instant,
         deadline: Instant,
         interrupt: &Interrupt,
-    ) -> Result<FencingToken, LockError> {
+    ) -> Result<Acquisition, LockError> {
         let keys = self.keys(claim.key);
         let _registration = self
             .subscriber
             .register(&keys.lock, claim.token, interrupt.waker());
         let mut backoff = Backoff::new(self.retry_interval);
         let mut queued_attempts = 0u32;
+        // When the last attempt that left us queued was sent: a hand-off came after it.
+        let mut queued_at = None;
         let outcome = (|| loop {
+            if let Some(handed) = queued_at.and_then(|at| handed_over(claim, at, interrupt)) {
+                return Ok(handed);
+            }
             let taken_at_once = if claim.limit > 1 || claim.fair || queued_attempts > 0 {
                 None
             } else {
@@ -221,10 +238,18 @@ impl LockCore {
                 // releases and re-acquires in a loop cannot starve them. A fair waiter queues
                 // without trying first, so it never takes a free lock ahead of the queue.
                 queued_attempts += 1;
-                self.attempt_queued(claim, &keys, interrupt)?
+                let sent = Instant::now();
+                let attempt = self.attempt_queued(claim, &keys, interrupt)?;
+                queued_at = Some(sent);
+                attempt
             };
             let retry_in = match attempt {
-                Attempt::Acquired(fencing_token) => return Ok(fencing_token),
+                Attempt::Acquired(fencing_token) => {
+                    return Ok(Acquisition {
+                        fencing_token,
+                        expires_early: None,
+                    })
+                }
                 Attempt::Held { retry_in } => retry_in,
             };
             let now = Instant::now();
@@ -260,7 +285,7 @@ impl LockCore {
             );
         };
         let reply = self.round_trip(interrupt, Some(&undo), |conn, _| {
-            WAIT.run::<Vec<i64>>(conn, &keys.all_and_fencing(), &args)
+            WAIT.run::<Vec<i64>>(conn, &keys.all(), &args)
         })?;
         Ok(attempt_from(&reply))
     }
@@ -304,7 +329,8 @@ impl LockCore {
             if limit > 1 {
                 RELEASE_SHARED.run::<i64>(conn, &[&keys.lock], &[token.as_bytes()])
             } else {
-                RELEASE.run::<i64>(conn, &keys.all(), &[token.as_bytes(), handoff.as_bytes()])
+                let keys = keys.all();
+                RELEASE.run::<i64>(conn, &keys, &[token.as_bytes(), handoff.as_bytes()])
             }
             .map(|released| released == 1)
         })
@@ -415,6 +441,23 @@ impl LockCore {
             timed_out: true,
         }
     }
+}
+
+/// The lock, when the subscriber brought word that a release handed it to `claim.token`, and
+/// it is known to stay valid long enough: the hand-off came after `queued_at`, when the attempt
+/// that queued us was sent, and the release gave it the hand-off's TTL (or the claim's, if
+/// shorter). `None`: not handed over, or too long ago to tell; an attempt will confirm.
+fn handed_over(claim: &Claim, queued_at: Instant, interrupt: &Interrupt) -> Option<Acquisition> {
+    let fencing_token = interrupt.waker().take_handed()?;
+    let ttl = Duration::from_millis(claim.ttl_ms);
+    let handoff_ttl = ttl.min(HEARTBEAT);
+    if queued_at.elapsed() >= handoff_ttl / TRUSTED_SHARE_OF_HANDOFF {
+        return None;
+    }
+    Some(Acquisition {
+        fencing_token,
+        expires_early: (handoff_ttl < ttl).then_some(queued_at + handoff_ttl),
+    })
 }
 
 /// An error reply, by its code: each kind the caller can act on has its own error.

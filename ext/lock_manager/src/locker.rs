@@ -10,7 +10,7 @@ use magnus::{prelude::*, typed_data::Obj, Error, RModule, RString, Ruby, Value};
 
 use crate::error::LockError;
 use crate::gvl::{self, Interrupt};
-use crate::lock::{Claim, FencingToken, LockCore, LockSettings};
+use crate::lock::{Acquisition, Claim, FencingToken, LockCore, LockSettings};
 use crate::pool::PoolSettings;
 use crate::renewal::{self, LeaseTerms};
 use crate::ruby_errors;
@@ -111,18 +111,17 @@ impl Locker {
         let key_bytes = copy_bytes(key);
         let limit = limit.max(1);
         let claim = (ttl_ms, limit, fair);
-        let Some((token, fencing_token)) = acquire_token(ruby, core, key, &key_bytes, claim, wait)?
+        let Some((token, acquired)) = acquire_token(ruby, core, key, &key_bytes, claim, wait)?
         else {
             return Ok(None);
         };
-        let lease = renew.then(|| {
-            let renewal = Renewal { max_hold_ms };
-            start_lease(core, &key_bytes, &token, ttl_ms, limit, renewal)
-        });
+        let renewal = renew.then_some(Renewal { max_hold_ms });
+        let lease = start_lease(core, &key_bytes, &token, &acquired, ttl_ms, limit, renewal);
         let shown = lease
             .as_ref()
+            .filter(|_| renew)
             .map(|lease| ruby.obj_wrap(Lease(Arc::clone(lease))));
-        let outcome = ruby.yield_values::<_, Value>((fencing_token, shown));
+        let outcome = ruby.yield_values::<_, Value>((acquired.fencing_token, shown));
         if let Some(lease) = &lease {
             lease.stop();
         }
@@ -222,7 +221,7 @@ impl Locker {
 /// Acquires `key`: once (`wait` nil: `None` when taken) or waiting up to `wait` seconds. Each
 /// attempt after a Ruby interrupt that raised nothing (Thread#wakeup) gets a fresh token: the
 /// undo of an attempt cut short may still reach Redis, and must not release a later one.
-/// `claim`: the TTL in ms, the limit, fairness. Returns the token and the fencing token.
+/// `claim`: the TTL in ms, the limit, fairness. Returns the token and the acquisition.
 fn acquire_token(
     ruby: &Ruby,
     core: &LockCore,
@@ -230,7 +229,7 @@ fn acquire_token(
     key_bytes: &[u8],
     (ttl_ms, limit, fair): (u64, u32, bool),
     wait: Option<f64>,
-) -> Result<Option<(String, FencingToken)>, Error> {
+) -> Result<Option<(String, Acquisition)>, Error> {
     let deadline = wait.map(deadline_after);
     let mut token = String::new();
     let acquired = blocking(ruby, key, |interrupt| {
@@ -243,13 +242,18 @@ fn acquire_token(
             fair,
         };
         match deadline {
-            None => core.try_acquire(&claim, interrupt),
+            None => core.try_acquire(&claim, interrupt).map(|taken| {
+                taken.map(|fencing_token| Acquisition {
+                    fencing_token,
+                    expires_early: None,
+                })
+            }),
             Some((started, deadline)) => core
                 .acquire_until(&claim, started, deadline, interrupt)
                 .map(Some),
         }
     })?;
-    Ok(acquired.map(|fencing_token| (token, fencing_token)))
+    Ok(acquired.map(|acquired| (token, acquired)))
 }
 
 /// Runs `work` without the GVL until it finishes. When Ruby interrupts it, Ruby's own
@@ -275,7 +279,7 @@ fn hand_over(
     ruby: &Ruby,
     core: &Arc<LockCore>,
     key: &[u8],
-    (token, fencing_token): (String, FencingToken),
+    (token, acquired): (String, Acquisition),
     ttl_ms: u64,
     renewal: Option<Renewal>,
 ) -> Result<Handle, Error> {
@@ -283,30 +287,39 @@ fn hand_over(
         let _ = gvl::without_gvl_to_completion(|i| core.release(key, &token, 1, i));
         return Err(interrupt);
     }
-    let lease = renewal
-        .map(|renewal| ruby.obj_wrap(Lease(start_lease(core, key, &token, ttl_ms, 1, renewal))));
-    Ok((token, fencing_token, lease))
+    let lease = start_lease(core, key, &token, &acquired, ttl_ms, 1, renewal)
+        .map(|lease| ruby.obj_wrap(Lease(lease)));
+    Ok((token, acquired.fencing_token, lease))
 }
 
+/// The lease that keeps a lock just acquired: renewed (`renewal`), or extended once when a
+/// release handed it over with a shorter TTL than `ttl_ms`; `None` when it needs neither.
 fn start_lease(
     core: &Arc<LockCore>,
     key: &[u8],
     token: &str,
+    acquired: &Acquisition,
     ttl_ms: u64,
     limit: u32,
-    renewal: Renewal,
-) -> Arc<renewal::Lease> {
+    renewal: Option<Renewal>,
+) -> Option<Arc<renewal::Lease>> {
+    if renewal.is_none() && acquired.expires_early.is_none() {
+        return None;
+    }
     let now = Instant::now();
-    Arc::new(renewal::Lease::start(LeaseTerms {
+    Some(Arc::new(renewal::Lease::start(LeaseTerms {
         core: Arc::clone(core),
         key: key.to_vec(),
         token: token.to_owned(),
         ttl: Duration::from_millis(ttl_ms),
         limit,
         hold_until: renewal
-            .max_hold_ms
+            .as_ref()
+            .and_then(|renewal| renewal.max_hold_ms)
             .map(|ms| now + Duration::from_millis(ms)),
-    }))
+        keep_renewing: renewal.is_some(),
+        expires_early: acquired.expires_early,
+    })))
 }
 
 /// A release that failed after the block cannot change what the block did: it is logged by

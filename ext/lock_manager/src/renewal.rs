@@ -1,6 +1,8 @@
 //! Lease renewal (`renew: true`): one background thread per process keeps every renewed lock
 //! alive while its holder works, extending its TTL every third of it, only while its token
-//! still holds the key, and never past `max_hold`.
+//! still holds the key, and never past `max_hold`. The same thread extends a lock that a release
+//! handed over with the hand-off's short TTL to the TTL its new holder asked for, once, halfway
+//! to that early expiry: a holder that is done sooner never needs it.
 //!
 //! The thread runs no Ruby code and never holds the GVL. It renews one lease at a time, outside
 //! the lock that guards the list, so taking or ending a lease never waits for Redis.
@@ -26,6 +28,10 @@ pub struct LeaseTerms {
     pub limit: u32,
     /// Renewal stops extending the lock past this instant (`max_hold` after acquisition).
     pub hold_until: Option<Instant>,
+    /// Renew until stopped (`renew: true`), or only extend a lock handed over, once.
+    pub keep_renewing: bool,
+    /// When a lock handed over expires unless extended (`Acquisition::expires_early`).
+    pub expires_early: Option<Instant>,
 }
 
 /// The holder's side of a renewed lock. Dropping it (or `stop`) ends the renewal.
@@ -61,7 +67,8 @@ struct Renewer {
 static RENEWER: PerProcess<Renewer> = PerProcess::new();
 
 impl Lease {
-    /// Starts renewing a lock just acquired (with a TTL of `terms.ttl`).
+    /// Starts renewing a lock just acquired (with a TTL of `terms.ttl`, or until
+    /// `terms.expires_early`).
     pub fn start(terms: LeaseTerms) -> Lease {
         let (renewer, created) = RENEWER.get_or_create(Renewer::default);
         if created {
@@ -76,9 +83,13 @@ impl Lease {
         }
         let state = Arc::new(LeaseState::default());
         let now = Instant::now();
+        let (due, expires) = match terms.expires_early {
+            Some(expires) => (now + expires.saturating_duration_since(now) / 2, expires),
+            None => (now + terms.ttl / 3, now + terms.ttl),
+        };
         let renewal = Renewal {
-            due: now + terms.ttl / 3,
-            expires: now + terms.ttl,
+            due,
+            expires,
             terms,
             state: Arc::clone(&state),
         };
@@ -158,7 +169,8 @@ impl Renewer {
     }
 }
 
-/// One renewal; `None` when the lease is over (lost, or `max_hold` reached and expired).
+/// One renewal; `None` when the lease is over (lost, `max_hold` reached and expired, or the one
+/// extension of a lock handed over done).
 fn renew(mut renewal: Renewal) -> Option<Renewal> {
     let now = Instant::now();
     let terms = &renewal.terms;
@@ -178,6 +190,7 @@ fn renew(mut renewal: Renewal) -> Option<Renewal> {
         .core
         .refresh(&terms.key, &terms.token, ttl_ms, terms.limit, &interrupt)
     {
+        Ok(true) if !terms.keep_renewing => None,
         Ok(true) => {
             renewal.expires = now + ttl;
             // The last renewal before `max_hold` wakes us at `hold_until`, to report it lost.

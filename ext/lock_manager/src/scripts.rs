@@ -5,10 +5,10 @@
 //! lock uses three keys: KEYS[1] the lock (a string holding the owner's token), KEYS[2] the
 //! queue of waiters (a sorted set: token -> arrival in microseconds) and KEYS[3] the waiters'
 //! details (a hash: token -> "heartbeat deadline ms:lock ttl ms"). A release that hands the
-//! lock on is published on the channel "lock_manager:" .. KEYS[1] with the new owner's token
-//! (an empty message: "look again, all of you"); waiting processes subscribe to these channels.
-//! Every script that grants the lock also issues a fencing token from the counter it is given as
-//! its last key (see `fencing`).
+//! lock on is published on the channel "lock_manager:" .. KEYS[1] as "<new owner's token>
+//! <its fencing token>" (an empty message: "look again, all of you"); waiting processes
+//! subscribe to these channels. Every script that grants the lock also issues a fencing token
+//! from the counter it is given as its last key (see `fencing`).
 
 use std::sync::LazyLock;
 
@@ -134,17 +134,20 @@ local function publish(message)
 end
 
 -- Hands the lock to the first live waiter, for at most `handoff_ms` (a waiter that died before
--- noticing cannot hold the line for long: it extends the lock to its TTL when it takes it), and
--- tells it; with nobody queued, deletes the lock (every blocking waiter is queued: no one to tell).
+-- noticing cannot hold the line for long: it extends the lock to its TTL while it holds it), with
+-- its fencing token, and tells it both: the message is all it needs to go ahead. With nobody
+-- queued, deletes the lock (every blocking waiter is queued: no one to tell).
 -- DEL comes first: under maxmemory Redis refuses a script whose first write may grow memory
--- (the hand-off's SET), not one that already freed some.
+-- (the hand-off's SET), not one that already freed some. A counter that refuses a token (not a
+-- number) leaves the waiter to confirm with its own attempt, which reports the refusal.
 local function release_lock(handoff_ms)
   redis.call('DEL', KEYS[1])
   local head, ttl = live_head()
   if head then
     redis.call('SET', KEYS[1], head, 'PX', math.min(ttl, handoff_ms))
     dequeue(head)
-    publish(head)
+    local issued, fencing_token = pcall(next_fencing_token)
+    publish(issued and string.format('%s %d', head, fencing_token) or head)
   end
 end
 ";
@@ -282,7 +285,8 @@ return {0, redis.call('PTTL', KEYS[1])}
 });
 
 /// Releases the lock only while ARGV[1] (token) holds it, handing it to the next live waiter
-/// (for at most ARGV[2] ms until it confirms). Never touches another holder's lock.
+/// (for at most ARGV[2] ms until it extends it). Never touches another holder's lock. KEYS[4]:
+/// the fencing counter, for the waiter handed the lock.
 pub static RELEASE: LazyLock<LuaScript> = LazyLock::new(|| {
     with_helpers(
         r"
@@ -294,7 +298,8 @@ return 1
 });
 
 /// A waiter gives up (deadline, interrupt): leaves the queue, passes on a lock handed to it
-/// meanwhile, and wakes the others when the lock is free. ARGV: token, hand-off ms.
+/// meanwhile, and wakes the others when the lock is free. ARGV: token, hand-off ms; KEYS[4]:
+/// the fencing counter.
 pub static LEAVE: LazyLock<LuaScript> = LazyLock::new(|| {
     with_helpers(
         r"

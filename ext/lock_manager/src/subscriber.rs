@@ -2,9 +2,10 @@
 //! waiting thread.
 //!
 //! The release scripts publish on "lock_manager:<lock key>", with the token the lock was handed
-//! to (or nothing: "look again"). A background thread holds one connection (outside the pool)
-//! subscribed to the pattern covering this Locker's prefix, and wakes the local thread that now
-//! holds the lock, or every local thread waiting for that key. While it is not subscribed
+//! to and its fencing token (or nothing: "look again"). A background thread holds one connection
+//! (outside the pool) subscribed to the pattern covering this Locker's prefix, and tells the
+//! local thread that now holds the lock (which then needs no round trip to know it), or wakes
+//! every local thread waiting for that key. While it is not subscribed
 //! (starting, Redis down) waiters fall back to the backoff; it resubscribes by itself and then
 //! wakes everyone, so a release missed meanwhile costs one re-check, not a hang.
 
@@ -41,15 +42,23 @@ struct Shared {
 }
 
 impl Shared {
-    /// Wakes the waiter the lock was handed to, or (empty `token`) every waiter of `key`.
-    fn wake(&self, key: &[u8], token: &[u8]) {
+    /// Acts on a release of `key`: `message` "<token> <fencing token>" hands the lock to the
+    /// waiter with that token (a token alone: wakes it to look), an empty one wakes every
+    /// waiter of `key`.
+    fn released(&self, key: &[u8], message: &[u8]) {
+        let mut words = message.splitn(2, |&byte| byte == b' ');
+        let token = words.next().unwrap_or_default();
+        let fencing_token = words
+            .next()
+            .and_then(|word| std::str::from_utf8(word).ok()?.parse::<u64>().ok());
         if let Ok(waiters) = self.waiters.lock() {
-            waiters
-                .get(key)
-                .into_iter()
-                .flatten()
-                .filter(|w| token.is_empty() || w.token == token)
-                .for_each(|w| w.waker.wake());
+            let to_wake = waiters.get(key).into_iter().flatten();
+            for waiting in to_wake.filter(|w| token.is_empty() || w.token == token) {
+                match fencing_token {
+                    Some(fencing_token) => waiting.waker.hand_over(fencing_token),
+                    None => waiting.waker.wake(),
+                }
+            }
         }
     }
 
@@ -200,7 +209,7 @@ fn listen_once(
             Ok(message) => {
                 let channel: Vec<u8> = message.get_channel().unwrap_or_default();
                 if let Some(key) = channel.strip_prefix(CHANNEL_PREFIX) {
-                    shared.wake(key, message.get_payload_bytes());
+                    shared.released(key, message.get_payload_bytes());
                 }
             }
             // Nothing published for a while, or a stray signal: the reply parser keeps its state.

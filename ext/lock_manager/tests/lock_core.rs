@@ -202,6 +202,54 @@ fn blocking_acquire_waits_for_a_release_and_gives_up_at_the_deadline() {
 }
 
 #[test]
+fn a_waiter_handed_the_lock_takes_it_on_the_release_message_alone() {
+    let server = RedisServer::start();
+    let core = core(&server.url(), 4);
+    let mut admin = server.client();
+    let holder = core
+        .try_acquire(&claim(b"k", "holder", 10_000, 1), &never())
+        .unwrap()
+        .unwrap();
+    let (acquired, released_at) = thread::scope(|scope| {
+        let waiter = scope.spawn(|| {
+            let started = Instant::now();
+            let deadline = started + Duration::from_secs(5);
+            core.acquire_until(
+                &claim(b"k", "waiter", 10_000, 1),
+                started,
+                deadline,
+                &never(),
+            )
+            .unwrap()
+        });
+        let mut queued = || {
+            redis::cmd("ZCARD")
+                .arg("t:k:queue")
+                .query::<i64>(&mut admin)
+        };
+        while queued().unwrap() != 1 {
+            thread::sleep(Duration::from_millis(5));
+        }
+        let released_at = Instant::now();
+        assert!(core.release(b"k", "holder", 1, &never()).unwrap());
+        (waiter.join().unwrap(), released_at)
+    });
+    assert!(acquired.fencing_token > holder);
+    assert!(core.owned(b"k", "waiter", &never()).unwrap());
+    // No round trip of its own: the lock still has the release's hand-off TTL (2 s), not the
+    // waiter's 10 s, and the waiter knows by when it must extend it.
+    let pttl: i64 = redis::cmd("PTTL").arg("t:k").query(&mut admin).unwrap();
+    assert!((1..=2_000).contains(&pttl), "{pttl}");
+    let expires = acquired
+        .expires_early
+        .expect("a lock handed over expires early");
+    assert!(
+        expires > released_at + Duration::from_secs(1)
+            && expires <= released_at + Duration::from_secs(2)
+    );
+}
+
+#[test]
 fn the_retry_path_accepts_its_own_token() {
     let server = RedisServer::start();
     let core = core(&server.url(), 1);
@@ -401,6 +449,7 @@ fn fencing_tokens_grow_across_keys_expiry_waiters_and_a_lost_counter() {
                 &never(),
             )
             .unwrap()
+            .fencing_token
         });
         thread::sleep(Duration::from_millis(100));
         assert!(core.release(b"f", "two", 1, &never()).unwrap());
