@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use redis::{RedisError, Value};
+use redis::{FromRedisValue, RedisError, Value};
 
 use crate::error::LockError;
 use crate::gvl::Interrupt;
@@ -195,7 +195,7 @@ impl LockCore {
                 Acquired::Unfenced(refusal) => {
                     // A lock without a fencing token is not handed out: release it, then say why.
                     let keys = self.keys(claim.key);
-                    RELEASE.run::<i64>(conn, &keys.all(), &release_args)?;
+                    RELEASE.run::<Value>(conn, &keys.all(), &release_args)?;
                     Err(refusal)
                 }
             }
@@ -327,12 +327,19 @@ impl LockCore {
         let handoff = HEARTBEAT.as_millis().to_string();
         self.round_trip(interrupt, None, |conn, _| {
             if limit > 1 {
-                RELEASE_SHARED.run::<i64>(conn, &[&keys.lock], &[token.as_bytes()])
-            } else {
-                let keys = keys.all();
-                RELEASE.run::<i64>(conn, &keys, &[token.as_bytes(), handoff.as_bytes()])
+                return RELEASE_SHARED
+                    .run::<i64>(conn, &[&keys.lock], &[token.as_bytes()])
+                    .map(|released| released == 1);
             }
-            .map(|released| released == 1)
+            let args: [&[u8]; 2] = [token.as_bytes(), handoff.as_bytes()];
+            match RELEASE.run::<Value>(conn, &keys.all(), &args)? {
+                Value::Int(released) => Ok(released == 1),
+                handed => {
+                    let message = Vec::<u8>::from_redis_value(handed)?;
+                    self.subscriber.handed_over_here(&keys.lock, &message);
+                    Ok(true)
+                }
+            }
         })
     }
 

@@ -140,6 +140,7 @@ end
 -- DEL comes first: under maxmemory Redis refuses a script whose first write may grow memory
 -- (the hand-off's SET), not one that already freed some. A counter that refuses a token (not a
 -- number) leaves the waiter to confirm with its own attempt, which reports the refusal.
+-- Returns the message, or nil when the lock was freed.
 local function release_lock(handoff_ms)
   redis.call('DEL', KEYS[1])
   local head, ttl = live_head()
@@ -147,7 +148,9 @@ local function release_lock(handoff_ms)
     redis.call('SET', KEYS[1], head, 'PX', math.min(ttl, handoff_ms))
     dequeue(head)
     local issued, fencing_token = pcall(next_fencing_token)
-    publish(issued and string.format('%s %d', head, fencing_token) or head)
+    local message = issued and string.format('%s %d', head, fencing_token) or head
+    publish(message)
+    return message
   end
 end
 ";
@@ -286,13 +289,14 @@ return {0, redis.call('PTTL', KEYS[1])}
 
 /// Releases the lock only while ARGV[1] (token) holds it, handing it to the next live waiter
 /// (for at most ARGV[2] ms until it extends it). Never touches another holder's lock. KEYS[4]:
-/// the fencing counter, for the waiter handed the lock.
+/// the fencing counter, for the waiter handed the lock. Returns 0 when ARGV[1] did not hold it,
+/// 1 when it is freed, or the hand-off message when handed over: the releasing process tells
+/// its own waiter at once, ahead of the publication.
 pub static RELEASE: LazyLock<LuaScript> = LazyLock::new(|| {
     with_helpers(
         r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-release_lock(tonumber(ARGV[2]))
-return 1
+return release_lock(tonumber(ARGV[2])) or 1
 ",
     )
 });

@@ -5,7 +5,8 @@
 //! to and its fencing token (or nothing: "look again"). A background thread holds one connection
 //! (outside the pool) subscribed to the pattern covering this Locker's prefix, and tells the
 //! local thread that now holds the lock (which then needs no round trip to know it), or wakes
-//! every local thread waiting for that key. While it is not subscribed
+//! every local thread waiting for that key. A release by this process tells its own waiter
+//! first, from the release script's reply (`handed_over_here`). While it is not subscribed
 //! (starting, Redis down) waiters fall back to the backoff; it resubscribes by itself and then
 //! wakes everyone, so a release missed meanwhile costs one re-check, not a hang.
 
@@ -129,6 +130,15 @@ impl Subscriber {
             shared,
             key: key.to_vec(),
             waker: Arc::clone(waker),
+        }
+    }
+
+    /// A release by this process handed `key` over with `message`: a waiter of this process it
+    /// names hears it now rather than through Redis (the publication that follows is then
+    /// news to no one here).
+    pub fn handed_over_here(&self, key: &[u8], message: &[u8]) {
+        if let Some(shared) = self.listener.get() {
+            shared.released(key, message);
         }
     }
 
