@@ -216,6 +216,9 @@ impl LockCore {
         let _registration = self
             .subscriber
             .register(&keys.lock, claim.token, interrupt.waker());
+        // A hand-over to an earlier acquisition on the same interrupt (its release's reply and its
+        // publication both tell) is not news for this one.
+        interrupt.waker().take_handed();
         let mut backoff = Backoff::new(self.retry_interval);
         let mut queued_attempts = 0u32;
         // When the last attempt that left us queued was sent: a hand-off came after it.

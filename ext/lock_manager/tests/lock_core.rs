@@ -250,6 +250,31 @@ fn a_waiter_handed_the_lock_takes_it_on_the_release_message_alone() {
 }
 
 #[test]
+fn a_hand_over_meant_for_an_earlier_acquisition_is_not_taken_for_a_later_one() {
+    let server = RedisServer::start();
+    let core = core(&server.url(), 2);
+    core.try_acquire(&claim(b"k", "holder", 10_000, 1), &never())
+        .unwrap()
+        .unwrap();
+    let interrupt = never();
+    // Left over on this interrupt: a hand-off is told twice (by the release's reply to a waiter
+    // of the releasing process, then by its publication), and a caller may reuse its interrupt.
+    interrupt.waker().hand_over(42);
+    let started = Instant::now();
+    let deadline = started + Duration::from_millis(300);
+    let outcome = core.acquire_until(
+        &claim(b"k", "waiter", 10_000, 1),
+        started,
+        deadline,
+        &interrupt,
+    );
+    assert!(
+        matches!(outcome, Err(LockError::NotAcquired { .. })),
+        "{outcome:?}"
+    );
+}
+
+#[test]
 fn the_retry_path_accepts_its_own_token() {
     let server = RedisServer::start();
     let core = core(&server.url(), 1);
