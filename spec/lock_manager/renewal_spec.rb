@@ -31,6 +31,15 @@ RSpec.describe "Lease renewal" do
     expect(redis.exists?("#{prefix}k")).to be(false)
   end
 
+  it "renews a short lease on time while the renewal thread is waiting for a long one" do
+    long = locker.try_lock("long", timeout: 30, renew: true) # its first renewal is 10 s away
+    sleep 0.1 # the renewal thread now sleeps until then
+    result = locker.nonblocking_lock("short", timeout: 0.3, renew: true) { sleep 0.9 }
+
+    expect([result.run?, result.lost?]).to eq([true, false])
+    expect(long.release).to be(true)
+  end
+
   it "stops renewing at release" do
     locker.nonblocking_lock("k", timeout: 0.3, renew: true) { sleep 0.2 }
     before = evalsha_calls

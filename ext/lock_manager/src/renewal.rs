@@ -60,8 +60,17 @@ struct Renewal {
 
 #[derive(Default)]
 struct Renewer {
-    renewals: Mutex<Vec<Renewal>>,
+    schedule: Mutex<Schedule>,
     changed: Condvar,
+}
+
+#[derive(Default)]
+struct Schedule {
+    renewals: Vec<Renewal>,
+    /// When the renewer's thread looks at `renewals` next (`None`: only when told). A renewal
+    /// due later needs no wake-up: every lock handed over to a waiter starts one, and waking the
+    /// thread for each cost a context switch per hand-off.
+    looks_at: Option<Instant>,
 }
 
 static RENEWER: PerProcess<Renewer> = PerProcess::new();
@@ -93,10 +102,12 @@ impl Lease {
             terms,
             state: Arc::clone(&state),
         };
-        if let Ok(mut renewals) = renewer.renewals.lock() {
-            renewals.push(renewal);
+        if let Ok(mut schedule) = renewer.schedule.lock() {
+            if schedule.looks_at.is_none_or(|looks_at| due < looks_at) {
+                renewer.changed.notify_all();
+            }
+            schedule.renewals.push(renewal);
         }
-        renewer.changed.notify_all();
         Lease {
             state,
             renewer,
@@ -115,8 +126,10 @@ impl Lease {
         if self.state.stopped.swap(true, Ordering::AcqRel) || self.pid != std::process::id() {
             return;
         }
-        if let Ok(mut renewals) = self.renewer.renewals.lock() {
-            renewals.retain(|renewal| !Arc::ptr_eq(&renewal.state, &self.state));
+        if let Ok(mut schedule) = self.renewer.schedule.lock() {
+            schedule
+                .renewals
+                .retain(|renewal| !Arc::ptr_eq(&renewal.state, &self.state));
         }
     }
 }
@@ -129,39 +142,43 @@ impl Drop for Lease {
 
 impl Renewer {
     fn run(&self) {
-        let Ok(mut renewals) = self.renewals.lock() else {
+        let Ok(mut schedule) = self.schedule.lock() else {
             return;
         };
         loop {
             let now = Instant::now();
-            let next_due = renewals.iter().map(|renewal| renewal.due).min();
+            // Awake: whatever is added meanwhile is seen on the next turn of this loop.
+            schedule.looks_at = Some(now);
+            let next_due = schedule.renewals.iter().map(|renewal| renewal.due).min();
             match next_due {
                 None => {
-                    renewals = self
+                    schedule.looks_at = None;
+                    schedule = self
                         .changed
-                        .wait(renewals)
+                        .wait(schedule)
                         .unwrap_or_else(|e| e.into_inner())
                 }
                 Some(due) if due > now => {
-                    renewals = self
+                    schedule.looks_at = Some(due);
+                    schedule = self
                         .changed
-                        .wait_timeout(renewals, due - now)
+                        .wait_timeout(schedule, due - now)
                         .map(|(guard, _)| guard)
                         .unwrap_or_else(|e| e.into_inner().0);
                 }
                 Some(_) => {
-                    let index = renewals.iter().position(|r| r.due <= now);
-                    let Some(renewal) = index.map(|i| renewals.swap_remove(i)) else {
+                    let index = schedule.renewals.iter().position(|r| r.due <= now);
+                    let Some(renewal) = index.map(|i| schedule.renewals.swap_remove(i)) else {
                         continue;
                     };
-                    drop(renewals);
+                    drop(schedule);
                     let renewed = renew(renewal);
-                    renewals = self.renewals.lock().unwrap_or_else(|e| e.into_inner());
+                    schedule = self.schedule.lock().unwrap_or_else(|e| e.into_inner());
                     // Stopped while we talked to Redis: it stays out.
                     if let Some(renewal) =
                         renewed.filter(|r| !r.state.stopped.load(Ordering::Acquire))
                     {
-                        renewals.push(renewal);
+                        schedule.renewals.push(renewal);
                     }
                 }
             }
