@@ -453,8 +453,8 @@ impl LockCore {
     }
 }
 
-/// The lock, when the subscriber brought word that a release handed it to `claim.token`, and
-/// it is known to stay valid long enough: the hand-off came after `queued_at`, when the attempt
+/// The lock, when a release's message (through the subscriber, or the reply to a release by this
+/// process) said it was handed to `claim.token`, and it is known to stay valid long enough: the hand-off came after `queued_at`, when the attempt
 /// that queued us was sent, and the release gave it the hand-off's TTL (or the claim's, if
 /// shorter). `None`: not handed over, or too long ago to tell; an attempt will confirm.
 fn handed_over(claim: &Claim, queued_at: Instant, interrupt: &Interrupt) -> Option<Acquisition> {
