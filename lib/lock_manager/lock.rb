@@ -6,12 +6,15 @@ module LockManager
   class Lock
     attr_reader :key, :token, :fencing_token
 
-    def initialize(locker, key, token, fencing_token: nil, lease: nil)
+    # @param lease [Lease, nil] the renewal (renewed: true), or the one extension of a lock a
+    #   release handed over
+    def initialize(locker, key, token, fencing_token: nil, lease: nil, renewed: false)
       @locker = locker
       @key = key
       @token = token
       @fencing_token = fencing_token
       @lease = lease
+      @renewed = renewed
     end
 
     # @return [Boolean] asks Redis whether this token still holds the key
@@ -25,10 +28,13 @@ module LockManager
       @lease&.lost? || false
     end
 
-    # Resets the lock's validity to `seconds` from now.
+    # Resets the lock's validity to `seconds` from now (a pending extension of a lock handed over
+    # is dropped: it would overwrite this).
     # @return [Boolean] false when the lock expired or changed hands
     def refresh(seconds)
-      @locker.send(:native_refresh, @key, @token, Arguments.milliseconds(seconds, :seconds))
+      ttl = Arguments.milliseconds(seconds, :seconds)
+      @lease&.stop unless @renewed
+      @locker.send(:native_refresh, @key, @token, ttl)
     end
 
     # Stops the renewal, if any, and deletes the lock.

@@ -66,7 +66,7 @@ module LockManager
       key = Arguments.key(key).dup.freeze # the Lock keeps it: the caller may change theirs
       ttl = Arguments.milliseconds(timeout, :timeout)
       taken = native_try_acquire(key, ttl, renew, renewal_cap(renew, max_hold))
-      taken && handle(key, *taken)
+      taken && handle(key, *taken, renewed: renew)
     end
 
     # @return [Lock]
@@ -75,7 +75,7 @@ module LockManager
       key = Arguments.key(key).dup.freeze # the Lock keeps it: the caller may change theirs
       ttl = Arguments.milliseconds(timeout, :timeout)
       fair = Arguments.boolean(fair, :fair)
-      handle(key, *native_acquire(key, ttl, ttl / 1000.0, fair, renew, renewal_cap(renew, max_hold)))
+      handle(key, *native_acquire(key, ttl, ttl / 1000.0, fair, renew, renewal_cap(renew, max_hold)), renewed: renew)
     end
 
     # @return [Boolean] whether blocking waits are fair unless told otherwise
@@ -152,8 +152,8 @@ module LockManager
       Process.clock_gettime(Process::CLOCK_MONOTONIC)
     end
 
-    def handle(key, token, fencing_token, lease)
-      Lock.new(self, key, token, fencing_token: fencing_token, lease: lease)
+    def handle(key, token, fencing_token, lease, renewed:)
+      Lock.new(self, key, token, fencing_token: fencing_token, lease: lease, renewed: renewed)
     end
   end
 end

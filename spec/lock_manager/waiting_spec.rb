@@ -103,6 +103,20 @@ RSpec.describe "Waiting for a lock" do
     expect(held_keys(admin, "#{prefix}*")).to eq([])
   end
 
+  it "lets Lock#refresh on a lock handed over have the last word over its pending extension" do
+    l = locker(pool_size: 2)
+    holder = l.try_lock("k", timeout: 30)
+    waiter = Thread.new { l.lock("k", timeout: 30) }
+    eventually { admin.zcard("#{prefix}k:queue") == 1 }
+    holder.release
+    handle = waiter.value
+    expect(handle.refresh(60)).to be(true)
+    sleep 1.5 # past the extension's time (halfway to the hand-off's 2 s)
+
+    expect(admin.pttl("#{prefix}k")).to be > 55_000
+    expect(handle.release).to be(true)
+  end
+
   it "shares one subscriber connection between all waiting threads of a Locker" do
     l = locker(pool_size: 8)
     holders = Array.new(8) { |i| l.try_lock("k#{i}") }
