@@ -14,7 +14,7 @@ use crate::scripts::{
     RELEASE_SHARED, WAIT,
 };
 use crate::subscriber::Subscriber;
-use crate::wait::{next_pause, Backoff, HEARTBEAT};
+use crate::wait::{next_pause, Backoff, HEARTBEAT, HEARTBEAT_MS};
 
 /// A lock handed over by a release is taken on the word of the release's message only while
 /// the attempt that queued its waiter was sent less than this share of the hand-off's TTL ago:
@@ -66,6 +66,16 @@ pub struct Acquisition {
     /// claim's: the lock lasts until this instant at least, and must be extended before it
     /// (see `renewal.rs`).
     pub expires_early: Option<Instant>,
+}
+
+impl Acquisition {
+    /// A lock taken with the claim's own TTL.
+    pub fn for_claimed_ttl(fencing_token: FencingToken) -> Self {
+        Acquisition {
+            fencing_token,
+            expires_early: None,
+        }
+    }
 }
 
 /// The Redis keys of one plain lock: the lock, its queue of waiters, and their details; and the
@@ -166,8 +176,7 @@ impl LockCore {
         }
         let redis_key = self.redis_key(claim.key);
         let ttl = claim.ttl_ms.to_string();
-        let handoff = HEARTBEAT.as_millis().to_string();
-        let release_args: [&[u8]; 2] = [claim.token.as_bytes(), handoff.as_bytes()];
+        let release_args: [&[u8]; 2] = [claim.token.as_bytes(), HEARTBEAT_MS.as_bytes()];
         let undo = |conn: &mut redis::Connection| {
             RELEASE.send_after(conn, &self.keys(claim.key).all(), &release_args);
         };
@@ -248,10 +257,7 @@ impl LockCore {
             };
             let retry_in = match attempt {
                 Attempt::Acquired(fencing_token) => {
-                    return Ok(Acquisition {
-                        fencing_token,
-                        expires_early: None,
-                    })
+                    return Ok(Acquisition::for_claimed_ttl(fencing_token))
                 }
                 Attempt::Held { retry_in } => retry_in,
             };
@@ -278,14 +284,10 @@ impl LockCore {
         interrupt: &Interrupt,
     ) -> Result<Attempt, LockError> {
         let ttl = claim.ttl_ms.to_string();
-        let heartbeat = HEARTBEAT.as_millis().to_string();
-        let args: [&[u8]; 3] = [claim.token.as_bytes(), ttl.as_bytes(), heartbeat.as_bytes()];
+        let heartbeat = HEARTBEAT_MS.as_bytes();
+        let args: [&[u8]; 3] = [claim.token.as_bytes(), ttl.as_bytes(), heartbeat];
         let undo = |conn: &mut redis::Connection| {
-            LEAVE.send_after(
-                conn,
-                &keys.all(),
-                &[claim.token.as_bytes(), heartbeat.as_bytes()],
-            );
+            LEAVE.send_after(conn, &keys.all(), &[claim.token.as_bytes(), heartbeat]);
         };
         let reply = self.round_trip(interrupt, Some(&undo), |conn, _| {
             WAIT.run::<Vec<i64>>(conn, &keys.all(), &args)
@@ -309,8 +311,7 @@ impl LockCore {
 
     /// Leaves the queue of `keys` for good, to completion (even while Ruby interrupts us).
     fn leave(&self, keys: &LockKeys, token: &str) -> Result<(), LockError> {
-        let handoff = HEARTBEAT.as_millis().to_string();
-        let args: [&[u8]; 2] = [token.as_bytes(), handoff.as_bytes()];
+        let args: [&[u8]; 2] = [token.as_bytes(), HEARTBEAT_MS.as_bytes()];
         self.round_trip(&Interrupt::for_current_thread(), None, |conn, _| {
             LEAVE.run::<Value>(conn, &keys.all(), &args)
         })
@@ -327,14 +328,13 @@ impl LockCore {
         interrupt: &Interrupt,
     ) -> Result<bool, LockError> {
         let keys = self.keys(key);
-        let handoff = HEARTBEAT.as_millis().to_string();
         self.round_trip(interrupt, None, |conn, _| {
             if limit > 1 {
                 return RELEASE_SHARED
                     .run::<i64>(conn, &[&keys.lock], &[token.as_bytes()])
                     .map(|released| released == 1);
             }
-            let args: [&[u8]; 2] = [token.as_bytes(), handoff.as_bytes()];
+            let args: [&[u8]; 2] = [token.as_bytes(), HEARTBEAT_MS.as_bytes()];
             match RELEASE.run::<Value>(conn, &keys.all(), &args)? {
                 Value::Int(released) => Ok(released == 1),
                 handed => {
@@ -454,9 +454,10 @@ impl LockCore {
 }
 
 /// The lock, when a release's message (through the subscriber, or the reply to a release by this
-/// process) said it was handed to `claim.token`, and it is known to stay valid long enough: the hand-off came after `queued_at`, when the attempt
-/// that queued us was sent, and the release gave it the hand-off's TTL (or the claim's, if
-/// shorter). `None`: not handed over, or too long ago to tell; an attempt will confirm.
+/// process) said it was handed to `claim.token`, and it is known to stay valid long enough: the
+/// hand-off came after `queued_at`, when the attempt that queued us was sent, and the release
+/// gave it the hand-off's TTL (or the claim's, if shorter). `None`: not handed over, or too long
+/// ago to tell; an attempt will confirm.
 fn handed_over(claim: &Claim, queued_at: Instant, interrupt: &Interrupt) -> Option<Acquisition> {
     let fencing_token = interrupt.waker().take_handed()?;
     let ttl = Duration::from_millis(claim.ttl_ms);

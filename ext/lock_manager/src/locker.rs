@@ -242,12 +242,9 @@ fn acquire_token(
             fair,
         };
         match deadline {
-            None => core.try_acquire(&claim, interrupt).map(|taken| {
-                taken.map(|fencing_token| Acquisition {
-                    fencing_token,
-                    expires_early: None,
-                })
-            }),
+            None => core
+                .try_acquire(&claim, interrupt)
+                .map(|taken| taken.map(Acquisition::for_claimed_ttl)),
             Some((started, deadline)) => core
                 .acquire_until(&claim, started, deadline, interrupt)
                 .map(Some),

@@ -4,11 +4,16 @@
 //! the holder's TTL runs out, or for `RECHECK` at most (it renews its place in the queue that
 //! often). Otherwise it backs off with jitter, as a plain polling client would.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 /// How long a queued waiter keeps its place without renewing it: a waiter whose process died
 /// frees the line after this, and a lock handed to it is taken back after this.
 pub const HEARTBEAT: Duration = Duration::from_millis(2_000);
+
+/// `HEARTBEAT` in ms, as the scripts take it (rendered once: the release and queue scripts and
+/// every acquire's undo pass it).
+pub static HEARTBEAT_MS: LazyLock<String> = LazyLock::new(|| HEARTBEAT.as_millis().to_string());
 
 /// The longest a waiter sleeps while it listens for releases.
 pub const RECHECK: Duration = Duration::from_millis(500);
