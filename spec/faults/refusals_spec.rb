@@ -36,6 +36,27 @@ RSpec.describe "Refusals" do
     admin.info("commandstats").dig(name, "calls").to_i
   end
 
+  # The next message published on a channel matching `pattern`: [channel, message], as bytes.
+  def next_publication(pattern)
+    ready = Queue.new
+    thread = Thread.new do
+      client = server.client
+      got = nil
+      client.psubscribe_with_timeout(5, pattern) do |on|
+        on.psubscribe { ready << true }
+        on.pmessage do |_, channel, message|
+          got = [channel.b, message.b]
+          client.punsubscribe
+        end
+      end
+      got
+    ensure
+      client&.close
+    end
+    ready.pop
+    thread
+  end
+
   # @return [Array(Object, Float)] what the block returned or raised, and how long it took
   def outcome_and_time
     started = monotonic
@@ -254,6 +275,46 @@ RSpec.describe "Refusals" do
     end
   end
 
+  describe "where a waiter's process cannot have a channel of its own" do
+    # A fair waiter on `waiting` and a holder on `holding`: two Lockers, so two subscribers, as
+    # two processes have, and only a publication tells the waiter (its pause is 0.5 s meanwhile).
+    # @return [Array(Float, String, Array(String, String))] how long after the release the waiter
+    #   entered its block, its entry in the queue's details, and the publication
+    def hand_off(holding, waiting, redis_key)
+      holder = holding.try_lock("MyKey", timeout: 30)
+      waiter = Thread.new { waiting.blocking_lock("MyKey", timeout: 10, fair: true) { monotonic } }
+      eventually { admin.zcard("#{redis_key}:queue") == 1 && admin.pubsub(:numpat).positive? }
+      sleep 0.1 # the subscriber's re-check is done
+      entry = admin.hvals("#{redis_key}:waiters").first
+      publication = next_publication("lock_manager:*")
+      released_at = monotonic
+      expect(holder.release).to be(true)
+      [waiter.value - released_at, entry, publication.value]
+    end
+
+    it "a user who may listen on the locks' channels only: the hand-off goes out on the lock's channel, " \
+       "and the waiter hears it at once" do
+      admin.call("ACL", "SETUSER", "u", "on", ">pw", "~*", "+@all", "resetchannels", "&lock_manager:#{prefix}*")
+      url = "redis://u:pw@127.0.0.1:#{server.port}/0"
+      heard, entry, publication = hand_off(locker(url: url), locker(url: url), full("MyKey"))
+
+      expect(entry).to match(/\A\d+:\d+:\z/)
+      expect(publication[0]).to eq("lock_manager:".b + full("MyKey"))
+      expect(heard).to be < 0.1
+      expect(held_keys(admin, "*")).to eq([])
+    end
+
+    it "an empty key prefix (the locks' pattern covers every lock_manager: channel): the same" do
+      lockers = Array.new(2) { LockManager::Locker.new(redis_url: server.url, key_prefix: "") }
+      heard, entry, publication = hand_off(*lockers, "MyKey")
+
+      expect(entry).to match(/\A\d+:\d+:\z/)
+      expect(publication[0]).to eq("lock_manager:MyKey".b)
+      expect(heard).to be < 0.1
+      expect(held_keys(admin, "*")).to eq([])
+    end
+  end
+
   describe "a wrong password" do
     let(:server) { private_server(password: "the-right-one-3k9") }
 
@@ -337,44 +398,26 @@ RSpec.describe "Refusals" do
       expect(held_keys(admin, "*")).to eq([])
     end
 
-    # The next message published on a channel matching `pattern`: [channel, message], as bytes.
-    def next_publication(pattern)
-      ready = Queue.new
-      thread = Thread.new do
-        client = server.client
-        got = nil
-        client.psubscribe_with_timeout(5, pattern) do |on|
-          on.psubscribe { ready << true }
-          on.pmessage do |_, channel, message|
-            got = [channel.b, message.b]
-            client.punsubscribe
-          end
-        end
-        got
-      ensure
-        client&.close
-      end
-      ready.pop
-      thread
-    end
-
-    it "queue, hand over (by a publication on exactly their channel, naming the new holder and its fencing " \
-       "token) and issue growing fencing tokens with blocking_lock" do
+    it "queue, hand over (by a publication on the waiter's process channel alone, naming the new holder, its " \
+       "fencing token and the key) and issue growing fencing tokens with blocking_lock" do
       l = locker(pool_size: 4)
       other = locker
       keys.each do |name, key|
         holder = other.try_lock(key, timeout: 30)
         waiter = Thread.new { l.blocking_lock(key, timeout: 5, fair: true) { |r| [r.fencing_token, monotonic] } }
-        eventually { admin.zcard(full("#{key}:queue")) == 1 }
+        # Queued with its process's channel (the first waiter's process subscribes meanwhile).
+        eventually { admin.hvals(full("#{key}:waiters")).first.to_s.include?(":lock_manager:process:") }
         queued = admin.zrange(full("#{key}:queue"), 0, -1).map(&:b)
         expect(admin.hkeys(full("#{key}:waiters")).map(&:b)).to eq(queued), name
-        publication = next_publication("lock_manager:#{prefix}*")
+        publication = next_publication("lock_manager:*")
         released_at = monotonic
         expect(holder.release).to be(true)
         fencing_token, got_at = waiter.value
+        channel, message = publication.value
 
-        channel = "lock_manager:#{prefix}".b + key.to_s.b
-        expect(publication.value).to eq([channel, "#{queued.first} #{fencing_token}".b]), name
+        expect(channel).to match(/\Alock_manager:process:\h{8}-\h{4}-4\h{3}-[89ab]\h{3}-\h{12}\z/n), name
+        expect(admin.pubsub(:numsub, channel)).to eq([channel, 1]), name
+        expect(message).to eq("#{queued.first} #{fencing_token} ".b + full(key)), name
         expect(got_at - released_at).to be < 1.0, name
         expect(fencing_token).to be > holder.fencing_token
         expect(held_keys(admin, "*")).to eq([]), name

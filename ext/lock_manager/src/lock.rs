@@ -285,7 +285,13 @@ impl LockCore {
     ) -> Result<Attempt, LockError> {
         let ttl = claim.ttl_ms.to_string();
         let heartbeat = HEARTBEAT_MS.as_bytes();
-        let args: [&[u8]; 3] = [claim.token.as_bytes(), ttl.as_bytes(), heartbeat];
+        let channel = self.subscriber.own_channel();
+        let args: [&[u8]; 4] = [
+            claim.token.as_bytes(),
+            ttl.as_bytes(),
+            heartbeat,
+            channel.as_deref().unwrap_or_default(),
+        ];
         let undo = |conn: &mut redis::Connection| {
             LEAVE.send_after(conn, &keys.all(), &[claim.token.as_bytes(), heartbeat]);
         };

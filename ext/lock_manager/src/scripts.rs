@@ -4,11 +4,13 @@
 //! Keys and values reach Lua only through KEYS and ARGV, never by string building. A plain
 //! lock uses three keys: KEYS[1] the lock (a string holding the owner's token), KEYS[2] the
 //! queue of waiters (a sorted set: token -> arrival in microseconds) and KEYS[3] the waiters'
-//! details (a hash: token -> "heartbeat deadline ms:lock ttl ms"). A release that hands the
-//! lock on is published on the channel "lock_manager:" .. KEYS[1] as "<new owner's token>
-//! <its fencing token>" (an empty message: "look again, all of you"); waiting processes
-//! subscribe to these channels. Every script that grants the lock also issues a fencing token
-//! from the counter it is given as its last key (see `fencing`).
+//! details (a hash: token -> "heartbeat deadline ms:lock ttl ms:channel"). A release that hands
+//! the lock on tells the new owner "<its token> <its fencing token>" ("-" for a fencing token the
+//! counter refused): on the channel its process listens on alone, with " <lock key>" after it,
+//! or, for a waiter that gave no channel, on the lock's channel "lock_manager:" .. KEYS[1], which
+//! every waiting process listens on. An empty message there means "look again, all of you".
+//! Every script that grants the lock also issues a fencing token from the counter it is given
+//! as its last key (see `fencing`).
 
 use std::sync::LazyLock;
 
@@ -104,8 +106,9 @@ local function now_ms()
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
--- The first queued waiter whose heartbeat is still running, and the TTL it asked for; waiters
--- whose process stopped renewing their heartbeat are dropped on the way.
+-- The first queued waiter whose heartbeat is still running, the TTL it asked for and the channel
+-- its process listens on ('' for none); waiters whose process stopped renewing their heartbeat
+-- are dropped on the way.
 local function live_head()
   local now
   while true do
@@ -114,8 +117,8 @@ local function live_head()
     now = now or now_ms()
     local entry = redis.call('HGET', KEYS[3], head)
     if entry then
-      local deadline, ttl = string.match(entry, '^(%d+):(%d+)$')
-      if tonumber(deadline) > now then return head, tonumber(ttl) end
+      local deadline, ttl, channel = string.match(entry, '^(%d+):(%d+):(.*)$')
+      if deadline and tonumber(deadline) > now then return head, tonumber(ttl), channel end
     end
     redis.call('ZREM', KEYS[2], head)
     redis.call('HDEL', KEYS[3], head)
@@ -135,7 +138,8 @@ end
 
 -- Hands the lock to the first live waiter, for at most `handoff_ms` (a waiter that died before
 -- noticing cannot hold the line for long: it extends the lock to its TTL while it holds it), with
--- its fencing token, and tells it both: the message is all it needs to go ahead. With nobody
+-- its fencing token, and tells it both: the message is all it needs to go ahead. It goes to the
+-- waiter's own process when it gave a channel, so no other process wakes for it. With nobody
 -- queued, deletes the lock (every blocking waiter is queued: no one to tell).
 -- DEL comes first: under maxmemory Redis refuses a script whose first write may grow memory
 -- (the hand-off's SET), not one that already freed some. A counter that refuses a token (not a
@@ -143,13 +147,17 @@ end
 -- Returns the message, or nil when the lock was freed.
 local function release_lock(handoff_ms)
   redis.call('DEL', KEYS[1])
-  local head, ttl = live_head()
+  local head, ttl, channel = live_head()
   if head then
     redis.call('SET', KEYS[1], head, 'PX', math.min(ttl, handoff_ms))
     dequeue(head)
     local issued, fencing_token = pcall(next_fencing_token)
-    local message = issued and string.format('%s %d', head, fencing_token) or head
-    publish(message)
+    local message = head .. ' ' .. (issued and string.format('%d', fencing_token) or '-')
+    if channel == '' then
+      publish(message)
+    else
+      redis.pcall('PUBLISH', channel, message .. ' ' .. KEYS[1])
+    end
     return message
   end
 end
@@ -253,7 +261,8 @@ return 0
 pub static SEED: LazyLock<LuaScript> =
     LazyLock::new(|| with_fencing("return next_fencing_token()"));
 
-/// A waiter's attempt. ARGV: token, lock TTL ms, heartbeat ms; KEYS[4]: the fencing counter.
+/// A waiter's attempt. ARGV: token, lock TTL ms, heartbeat ms, the channel its process listens
+/// on for hand-offs to it ('' for the lock's channel); KEYS[4]: the fencing counter.
 /// Takes the lock when it was handed to this token, or when it is free and no live waiter queued
 /// earlier; otherwise joins the queue (or renews its place). Returns {1, fencing token} when
 /// held, else {0, the lock's PTTL} (-2: free, another waiter's turn).
@@ -279,7 +288,7 @@ local heartbeat = tonumber(ARGV[3])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('ZADD', KEYS[2], 'NX', tonumber(time[1]) * 1000000 + tonumber(time[2]), token)
-redis.call('HSET', KEYS[3], token, (now + heartbeat) .. ':' .. ttl)
+redis.call('HSET', KEYS[3], token, (now + heartbeat) .. ':' .. ttl .. ':' .. ARGV[4])
 redis.call('PEXPIRE', KEYS[2], heartbeat * 2)
 redis.call('PEXPIRE', KEYS[3], heartbeat * 2)
 return {0, redis.call('PTTL', KEYS[1])}

@@ -1,14 +1,18 @@
 //! Wake-up on release: one subscriber connection per Locker and process, shared by every
 //! waiting thread.
 //!
-//! The release scripts publish on "lock_manager:<lock key>", with the token the lock was handed
-//! to and its fencing token (or nothing: "look again"). A background thread holds one connection
-//! (outside the pool) subscribed to the pattern covering this Locker's prefix, and tells the
-//! local thread that now holds the lock (which then needs no round trip to know it), or wakes
-//! every local thread waiting for that key. A release by this process tells its own waiter
-//! first, from the release script's reply (`handed_over_here`). While it is not subscribed
-//! (starting, Redis down) waiters fall back to the backoff; it resubscribes by itself and then
-//! wakes everyone, so a release missed meanwhile costs one re-check, not a hang.
+//! A background thread holds one connection (outside the pool) subscribed to two things:
+//! - this process's own channel, "lock_manager:process:<uuid>", which its waiters give when they
+//!   queue: a release that hands the lock to one of them publishes there alone, with the token,
+//!   the fencing token and the key, so that no other process wakes for it;
+//! - the pattern covering this Locker's prefix, "lock_manager:<prefix>*": the lock's own channel,
+//!   for hand-offs to waiters that gave no channel and for "look again" (an empty message).
+//!
+//! It tells the local thread that now holds the lock (which then needs no round trip to know
+//! it), or wakes every local thread waiting for that key. A release by this process tells its
+//! own waiter first, from the release script's reply (`handed_over_here`). While it is not
+//! subscribed (starting, Redis down) waiters fall back to the backoff; it resubscribes by itself
+//! and then wakes everyone, so a release missed meanwhile costs one re-check, not a hang.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,26 +36,56 @@ struct Waiting {
     waker: Arc<Waker>,
 }
 
-#[derive(Default)]
+/// Where this process's own channels start; a uuid follows.
+const PROCESS_CHANNEL_PREFIX: &[u8] = b"lock_manager:process:";
+
 struct Shared {
     /// The threads of this process waiting for each lock key.
     waiters: Mutex<HashMap<Vec<u8>, Vec<Waiting>>>,
+    /// This process's own channel; `None` when the Locker's pattern would cover it (a key
+    /// prefix that starts it, such as ""): every process would hear it then.
+    channel: Option<Arc<[u8]>>,
     listening: AtomicBool,
+    /// Subscribed to `channel` (a user's ACL may allow the pattern only).
+    on_own_channel: AtomicBool,
     /// A listening thread runs (or is starting).
     running: AtomicBool,
     stop: AtomicBool,
 }
 
 impl Shared {
+    fn new(channel: Option<Arc<[u8]>>) -> Self {
+        Shared {
+            waiters: Mutex::default(),
+            channel,
+            listening: AtomicBool::new(false),
+            on_own_channel: AtomicBool::new(false),
+            running: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+        }
+    }
+
     /// Acts on a release of `key`: `message` "<token> <fencing token>" hands the lock to the
-    /// waiter with that token (a token alone: wakes it to look), an empty one wakes every
-    /// waiter of `key`.
+    /// waiter with that token (a fencing token that is not a number: wakes it to look), an
+    /// empty one wakes every waiter of `key`.
     fn released(&self, key: &[u8], message: &[u8]) {
         let mut words = message.splitn(2, |&byte| byte == b' ');
         let token = words.next().unwrap_or_default();
-        let fencing_token = words
-            .next()
-            .and_then(|word| std::str::from_utf8(word).ok()?.parse::<u64>().ok());
+        self.tell(key, token, words.next());
+    }
+
+    /// Acts on a message on this process's own channel: "<token> <fencing token> <key>".
+    fn handed_over_to_this_process(&self, message: &[u8]) {
+        let mut words = message.splitn(3, |&byte| byte == b' ');
+        if let (Some(token), fencing_token, Some(key)) = (words.next(), words.next(), words.next())
+        {
+            self.tell(key, token, fencing_token);
+        }
+    }
+
+    fn tell(&self, key: &[u8], token: &[u8], fencing_token: Option<&[u8]>) {
+        let fencing_token =
+            fencing_token.and_then(|word| std::str::from_utf8(word).ok()?.parse::<u64>().ok());
         if let Ok(waiters) = self.waiters.lock() {
             let to_wake = waiters.get(key).into_iter().flatten();
             for waiting in to_wake.filter(|w| token.is_empty() || w.token == token) {
@@ -73,6 +107,8 @@ impl Shared {
 pub struct Subscriber {
     client: redis::Client,
     pattern: Vec<u8>,
+    /// The channels the pattern covers start with this.
+    covered: Vec<u8>,
     connect_timeout: Duration,
     /// The listening thread of this process (threads do not survive fork) and its waiters.
     listener: PerProcess<Shared>,
@@ -111,6 +147,7 @@ impl Subscriber {
         Subscriber {
             client,
             pattern,
+            covered: [CHANNEL_PREFIX, key_prefix].concat(),
             connect_timeout,
             listener: PerProcess::new(),
         }
@@ -149,10 +186,27 @@ impl Subscriber {
             .is_some_and(|shared| shared.listening.load(Ordering::Acquire))
     }
 
+    /// The channel a release that hands a lock to a waiter of this process publishes on, while
+    /// this process listens on it; `None`: the lock's own channel.
+    pub fn own_channel(&self) -> Option<Arc<[u8]>> {
+        let shared = self.listener.get()?;
+        let subscribed = shared.on_own_channel.load(Ordering::Acquire);
+        shared.channel.clone().filter(|_| subscribed)
+    }
+
+    /// A channel for this process alone, unless the pattern covers it.
+    fn new_own_channel(&self) -> Option<Arc<[u8]>> {
+        let uuid = uuid::Uuid::new_v4().to_string();
+        let channel = [PROCESS_CHANNEL_PREFIX, uuid.as_bytes()].concat();
+        (!channel.starts_with(&self.covered)).then(|| channel.into())
+    }
+
     /// This process's waiters, starting the listening thread on first use here, and again
     /// after Redis refused its credentials (it does not retry those on its own).
     fn this_process(&self) -> Arc<Shared> {
-        let (shared, _) = self.listener.get_or_create(Shared::default);
+        let (shared, _) = self
+            .listener
+            .get_or_create(|| Shared::new(self.new_own_channel()));
         if !shared.running.swap(true, Ordering::AcqRel) {
             let listening = Arc::clone(&shared);
             let (client, pattern, timeout) = (
@@ -206,9 +260,12 @@ fn listen_once(
     connect_timeout: Duration,
 ) -> redis::RedisResult<()> {
     let mut conn = client.get_connection_with_timeout(connect_timeout)?;
+    conn.set_read_timeout(Some(POLL))?;
+    let on_own_channel = subscribe(&mut conn, pattern, shared.channel.as_deref())?;
     let mut pubsub = conn.as_pubsub();
-    pubsub.set_read_timeout(Some(POLL))?;
-    pubsub.psubscribe(pattern)?;
+    shared
+        .on_own_channel
+        .store(on_own_channel, Ordering::Release);
     shared.listening.store(true, Ordering::Release);
     shared.wake_all(); // whatever was released before we listened: look again
     let outcome = loop {
@@ -218,7 +275,9 @@ fn listen_once(
         match pubsub.get_message() {
             Ok(message) => {
                 let channel: Vec<u8> = message.get_channel().unwrap_or_default();
-                if let Some(key) = channel.strip_prefix(CHANNEL_PREFIX) {
+                if shared.channel.as_deref() == Some(channel.as_slice()) {
+                    shared.handed_over_to_this_process(message.get_payload_bytes());
+                } else if let Some(key) = channel.strip_prefix(CHANNEL_PREFIX) {
                     shared.released(key, message.get_payload_bytes());
                 }
             }
@@ -228,6 +287,31 @@ fn listen_once(
         }
     };
     shared.listening.store(false, Ordering::Release);
+    shared.on_own_channel.store(false, Ordering::Release);
     shared.wake_all(); // back to the backoff until subscribed again
     outcome
+}
+
+/// Subscribes to `pattern` and to `own_channel` with one write: Redis runs both before any
+/// publication reaches us, so their replies come first. Redis refusing the pattern (an ACL) is
+/// an error; refusing the own channel only leaves this process on the locks' channels.
+/// Returns whether it listens on `own_channel`.
+fn subscribe(
+    conn: &mut redis::Connection,
+    pattern: &[u8],
+    own_channel: Option<&[u8]>,
+) -> redis::RedisResult<bool> {
+    let mut commands = redis::pipe();
+    commands.cmd("PSUBSCRIBE").arg(pattern);
+    if let Some(channel) = own_channel {
+        commands.cmd("SUBSCRIBE").arg(channel);
+    }
+    conn.send_packed_command(&commands.get_packed_pipeline())?;
+    let on_pattern = conn.recv_response()?.extract_error();
+    let on_own_channel = match own_channel {
+        Some(_) => conn.recv_response()?.extract_error().is_ok(),
+        None => false,
+    };
+    on_pattern?;
+    Ok(on_own_channel)
 }
