@@ -16,8 +16,12 @@
 #   latency    a holder leaves its block while another thread already waits in blocking_lock: the
 #              time from the holder's last instant in its block to the waiter's first in its own
 #              (ROUNDS of them, default 200)
+#   listeners  the gem's processes runs again while LISTENERS more processes (default 16) wait
+#              for a key no one releases: the CPU those processes and Redis spend per hand-off
+#              (a hand-off is published to the new holder's process alone)
 
 require "English"
+require "etc"
 require "digest/sha1" # before the threads: the baseline's first Digest::SHA1 autoload is not thread-safe
 require_relative "support"
 require_relative "baseline"
@@ -33,6 +37,7 @@ LATENCY_HOLD = 0.02                     # long enough for the waiter to be waiti
 LATENCY_TARGET = 0.001                  # median release-to-acquire
 WARM_UP_ROUNDS = 5                      # latency rounds run first and not counted
 REPEATS = Integer(ENV.fetch("REPEATS", "3")) # contention runs of each implementation
+LISTENERS = Integer(ENV.fetch("LISTENERS", "16"))
 
 FLOOR = Bench.example("handoff_floor")
 
@@ -226,6 +231,55 @@ def latency(impl, url)
    ("median: #{Bench.verdict(median, LATENCY_TARGET)}" if impl.gem?)]
 end
 
+# CPU seconds that `pids` (children of this process, Linux) have used so far.
+def children_cpu(pids)
+  ticks = pids.sum { |pid| File.read("/proc/#{pid}/stat").split[13, 2].sum(&:to_i) }
+  ticks.fdiv(Etc.sysconf(Etc::SC_CLK_TCK))
+end
+
+def redis_cpu(redis)
+  redis.info("cpu").values_at("used_cpu_sys", "used_cpu_user").sum(&:to_f)
+end
+
+# LISTENERS processes queued for a key that stays held, each with its subscriber listening.
+# @return [Array<Integer>] their pids
+def start_listeners(locker, redis, key)
+  pids = Array.new(LISTENERS) { Bench.fork_reporting { locker.blocking_lock(key, timeout: 600) {} }[0] }
+  sleep 0.01 until redis.zcard("#{locker.settings[:key_prefix]}#{key}:queue") == LISTENERS
+  sleep 0.6 # past the first subscriber's start: every listener has re-queued since
+  pids
+end
+
+# @return [Array(Object, Float, Float)] the block's value, and the CPU microseconds `pids` and Redis
+#   spent per hand-off while it ran
+def cpu_per_handoff(pids, redis, handoffs)
+  before = [children_cpu(pids), redis_cpu(redis)]
+  value = yield
+  [value, *[children_cpu(pids), redis_cpu(redis)].zip(before).map { |now, was| (now - was) / handoffs * 1e6 }]
+end
+
+# @return [Array<String>] the row's figures: per hand-off, the listeners' CPU and Redis's
+def listeners(url)
+  impl = IMPLEMENTATIONS.find { |i| i.name == "gem" }
+  redis = Redis.new(url: url)
+  locker = impl.locker(url, 1) # each listener's process has its own pool and subscriber
+  held = locker.try_lock("bench:handoff:#{Process.pid}:listeners", timeout: 600)
+  pids = start_listeners(locker, redis, held.key)
+  ratios, listeners_us, redis_us = cpu_per_handoff(pids, redis, REPEATS * WORKERS * TURNS) do
+    Array.new(REPEATS) { |run| contention_run("processes", impl, url, "listeners:#{run}").first }
+  end
+  [format("%<ratio>5.2fx ideal   %<count>d processes waiting on another key: their CPU %<listeners>.0f us, " \
+          "Redis's %<redis>.0f us per hand-off",
+          ratio: Bench.percentile(ratios, 0.5), count: LISTENERS, listeners: listeners_us, redis: redis_us)]
+ensure
+  pids&.each do |pid|
+    Process.kill(:KILL, pid)
+    Process.wait(pid) # one by one: the throwaway redis-server is a child too
+  end
+  held&.release
+  redis&.close
+end
+
 url = Bench.redis_url
 Bench.header(url)
 puts "#{WORKERS} x #{TURNS} turns holding #{Bench.ms(HOLD)} (ideal #{IDEAL} s; " \
@@ -240,3 +294,4 @@ puts "#{WORKERS} x #{TURNS} turns holding #{Bench.ms(HOLD)} (ideal #{IDEAL} s; "
     puts [format("%<workload>-10s %<impl>-16s", workload: workload, impl: impl.name), *cells.compact].join("   ")
   end
 end
+puts [format("%<workload>-10s %<impl>-16s", workload: "listeners", impl: "gem"), *listeners(url)].join("   ")
