@@ -273,6 +273,19 @@ RSpec.describe "Refusals" do
       expect(entered_at - released_at).to be < 0.1 # told by the release's reply, not the backoff
       expect(held_keys(admin, "*")).to eq([])
     end
+
+    it "a user who may not subscribe: after the refusal, waits keep to the backoff without asking again " \
+       "for 10 s (one connection for ten waits, not ten)" do
+      admin.call("ACL", "SETUSER", "u", "on", ">pw", "~*", "+@all")
+      l = locker(url: "redis://u:pw@127.0.0.1:#{server.port}/0", pool_size: 1)
+      holder = l.try_lock("MyKey", timeout: 30)
+      connections = total_connections(admin)
+      errors = Array.new(10) { outcome_and_time { l.blocking_lock("MyKey", timeout: 0.05) {} }.first }
+
+      expect(errors.map(&:class).uniq).to eq([LockManager::LockNotAcquired])
+      expect(total_connections(admin) - connections).to eq(1) # the subscriber's one attempt
+      expect(holder.release).to be(true)
+    end
   end
 
   describe "where a waiter's process cannot have a channel of its own" do

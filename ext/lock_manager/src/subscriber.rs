@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::gvl::{self, Waker};
 use crate::per_process::PerProcess;
@@ -29,6 +29,10 @@ use crate::scripts::CHANNEL_PREFIX;
 const POLL: Duration = Duration::from_millis(500);
 /// Pause between two attempts to (re)subscribe while Redis is unreachable.
 const RESUBSCRIBE_PAUSE: Duration = Duration::from_millis(200);
+/// After Redis refused to let us listen (credentials, channel rights), how long before a waiter
+/// starts the listening thread again: such a refusal lasts until someone changes the ACL, and
+/// every attempt is a connection and an entry in Redis's ACL log.
+const AFTER_REFUSAL: Duration = Duration::from_secs(10);
 
 /// A waiting thread: the token it acquires with, and how to wake it.
 struct Waiting {
@@ -50,6 +54,8 @@ struct Shared {
     on_own_channel: AtomicBool,
     /// A listening thread runs (or is starting).
     running: AtomicBool,
+    /// When Redis last refused to let us listen.
+    refused_at: Mutex<Option<Instant>>,
     stop: AtomicBool,
 }
 
@@ -61,8 +67,15 @@ impl Shared {
             listening: AtomicBool::new(false),
             on_own_channel: AtomicBool::new(false),
             running: AtomicBool::new(false),
+            refused_at: Mutex::new(None),
             stop: AtomicBool::new(false),
         }
+    }
+
+    /// Whether a listening thread may start: not within `AFTER_REFUSAL` of a refusal.
+    fn may_start(&self) -> bool {
+        let refused_at = self.refused_at.lock().map(|at| *at).unwrap_or_default();
+        refused_at.is_none_or(|at| at.elapsed() >= AFTER_REFUSAL)
     }
 
     /// Acts on a release of `key`: `message` "<token> <fencing token>" hands the lock to the
@@ -202,12 +215,12 @@ impl Subscriber {
     }
 
     /// This process's waiters, starting the listening thread on first use here, and again
-    /// after Redis refused its credentials (it does not retry those on its own).
+    /// some time after Redis refused it (it does not retry refusals on its own).
     fn this_process(&self) -> Arc<Shared> {
         let (shared, _) = self
             .listener
             .get_or_create(|| Shared::new(self.new_own_channel()));
-        if !shared.running.swap(true, Ordering::AcqRel) {
+        if shared.may_start() && !shared.running.swap(true, Ordering::AcqRel) {
             let listening = Arc::clone(&shared);
             let (client, pattern, timeout) = (
                 self.client.clone(),
@@ -241,11 +254,17 @@ impl Drop for Subscriber {
 
 /// Listens until the Locker goes away, resubscribing while Redis is unreachable; gives up when
 /// Redis refuses the credentials or the channels (a wrong password, an ACL): retrying those in
-/// the background would only fill Redis's ACL log. The next waiter starts it again.
+/// the background would only fill Redis's ACL log. A waiter starts it again after
+/// `AFTER_REFUSAL`.
 fn listen(shared: &Shared, client: &redis::Client, pattern: &[u8], connect_timeout: Duration) {
     while !shared.stop.load(Ordering::Acquire) {
         match listen_once(shared, client, pattern, connect_timeout) {
-            Err(error) if is_refused_access(&error) => return,
+            Err(error) if is_refused_access(&error) => {
+                if let Ok(mut refused_at) = shared.refused_at.lock() {
+                    *refused_at = Some(Instant::now());
+                }
+                return;
+            }
             Err(_unreachable) => thread::sleep(RESUBSCRIBE_PAUSE),
             Ok(()) => {}
         }
