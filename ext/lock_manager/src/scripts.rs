@@ -130,10 +130,10 @@ local function dequeue(token)
   redis.call('HDEL', KEYS[3], token)
 end
 
--- Tells waiting processes; a user whose ACL forbids the channel only loses the wake-up (its
--- waiters fall back to their backoff), never the release.
-local function publish(message)
-  redis.pcall('PUBLISH', 'lock_manager:' .. KEYS[1], message)
+-- Tells waiting processes, on `channel` or else the lock's own; a user whose ACL forbids the
+-- channel only loses the wake-up (its waiters fall back to their backoff), never the release.
+local function publish(message, channel)
+  redis.pcall('PUBLISH', channel or ('lock_manager:' .. KEYS[1]), message)
 end
 
 -- Hands the lock to the first live waiter, for at most `handoff_ms` (a waiter that died before
@@ -156,7 +156,7 @@ local function release_lock(handoff_ms)
     if channel == '' then
       publish(message)
     else
-      redis.pcall('PUBLISH', channel, message .. ' ' .. KEYS[1])
+      publish(message .. ' ' .. KEYS[1], channel)
     end
     return message
   end
