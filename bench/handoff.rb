@@ -237,10 +237,6 @@ def children_cpu(pids)
   ticks.fdiv(Etc.sysconf(Etc::SC_CLK_TCK))
 end
 
-def redis_cpu(redis)
-  redis.info("cpu").values_at("used_cpu_sys", "used_cpu_user").sum(&:to_f)
-end
-
 # LISTENERS processes queued for a key that stays held, each with its subscriber listening.
 # @return [Array<Integer>] their pids
 def start_listeners(locker, redis, key)
@@ -253,9 +249,9 @@ end
 # @return [Array(Object, Float, Float)] the block's value, and the CPU microseconds `pids` and Redis
 #   spent per hand-off while it ran
 def cpu_per_handoff(pids, redis, handoffs)
-  before = [children_cpu(pids), redis_cpu(redis)]
+  before = [children_cpu(pids), Bench.redis_cpu(redis)]
   value = yield
-  [value, *[children_cpu(pids), redis_cpu(redis)].zip(before).map { |now, was| (now - was) / handoffs * 1e6 }]
+  [value, *[children_cpu(pids), Bench.redis_cpu(redis)].zip(before).map { |now, was| (now - was) / handoffs * 1e6 }]
 end
 
 # @return [Array<String>] the row's figures: per hand-off, the listeners' CPU and Redis's

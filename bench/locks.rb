@@ -11,8 +11,7 @@
 # `taskset -c 0 bundle exec ruby bench/locks.rb` keeps them on one CPU and makes them steady.
 
 require "etc"
-require_relative "../lib/lock_manager"
-require_relative "../spec/support/redis_server"
+require_relative "support"
 require_relative "baseline"
 
 DURATION = Float(ENV.fetch("BENCH_SECONDS", "3"))
@@ -22,36 +21,27 @@ TARGETS = { 1 => 1.5, 8 => 3.0 }.freeze # wanted gem/baseline ops/s, per thread 
 CPU_TARGET = 0.5 # wanted at most: gem/baseline client CPU per cycle, 1 thread (issue 4)
 
 class BenchBug < StandardError; end
-Thread.report_on_exception = false # a worker's exception surfaces through Thread#value
-
-def now(clock = Process::CLOCK_MONOTONIC)
-  Process.clock_gettime(clock)
-end
-
-# CPU seconds redis-server has used so far (user + system), from INFO.
-def redis_cpu
-  REDIS.info("cpu").values_at("used_cpu_user", "used_cpu_sys").sum(&:to_f)
-end
 
 # `threads` threads lock and unlock their own key in a loop for `seconds`.
 # @return [Array(Integer, Float, Float, Float)] cycles, wall seconds, process CPU seconds,
 #   redis-server CPU seconds
 def run(name, locker, threads, seconds)
   GC.start # each round pays for its own garbage only, not for the other implementation's
-  cpu_start = now(Process::CLOCK_PROCESS_CPUTIME_ID)
-  redis_start = redis_cpu
-  start = now
+  cpu_start = Bench.now(Process::CLOCK_PROCESS_CPUTIME_ID)
+  redis_start = Bench.redis_cpu(REDIS)
+  start = Bench.now
   workers = Array.new(threads) do |i|
     Thread.new { cycles(name, locker, "bench:#{Process.pid}:#{name}:#{i}", start + seconds) }
   end
   cycles = workers.sum(&:value)
-  [cycles, now - start, now(Process::CLOCK_PROCESS_CPUTIME_ID) - cpu_start, redis_cpu - redis_start]
+  [cycles, Bench.now - start, Bench.now(Process::CLOCK_PROCESS_CPUTIME_ID) - cpu_start,
+   Bench.redis_cpu(REDIS) - redis_start]
 end
 
 # @return [Integer] how many lock + empty block + unlock cycles ran before `deadline`
 def cycles(name, locker, key, deadline)
   count = 0
-  while now < deadline
+  while Bench.now < deadline
     result = locker.nonblocking_lock(key, timeout: 30) {}
     raise BenchBug, "#{name}: nonblocking_lock(#{key.inspect}) did not run its block" unless result.run?
 
@@ -109,12 +99,7 @@ def row(label, gem, baseline, unit, note = "")
          label: label, gem: gem, baseline: baseline, unit: unit, ratio: gem / baseline, note: note).rstrip
 end
 
-$stdout.sync = true # keep what was printed if Ruby crashes
-url = ENV.fetch("REDIS_URL") do
-  server = RedisServer.new.start
-  at_exit { server.shutdown }
-  server.url
-end
+url = Bench.redis_url
 REDIS = Redis.new(url: url)
 puts "ruby:         #{RUBY_DESCRIPTION}"
 puts "redis-server: #{REDIS.info("server")["redis_version"]} (#{ENV["REDIS_URL"] ? "REDIS_URL" : "throwaway"})"

@@ -71,6 +71,11 @@ module Bench
     done
   end
 
+  # CPU seconds `redis`'s server has used so far (user + system), from INFO.
+  def redis_cpu(redis)
+    redis.info("cpu").values_at("used_cpu_user", "used_cpu_sys").sum(&:to_f)
+  end
+
   # Seconds as milliseconds for a report line ("n/a" for nil: nothing measured).
   def ms(seconds)
     seconds ? format("%.1f ms", seconds * 1000) : "n/a"
