@@ -1,7 +1,9 @@
 # frozen_string_literal: true
 
 # Uncontended nonblocking_lock throughput and client CPU: this gem against the seed design
-# (bench/baseline.rb), both on the same Redis in the same run.
+# (bench/baseline.rb), and the floor under both: the gem's own round trips sent by Rust with no
+# Ruby in the loop (ext/lock_manager/examples/floor.rs), all on the same Redis in the same run.
+# A target the floor misses too is bounded by Redis and the machine's socket calls, not by Ruby.
 #
 #   bundle exec ruby bench/locks.rb
 #
@@ -10,15 +12,19 @@
 # On a small VM the 1-thread numbers swing with whether client and Redis share a CPU;
 # `taskset -c 0 bundle exec ruby bench/locks.rb` keeps them on one CPU and makes them steady.
 
+require "English"
 require "etc"
 require_relative "support"
 require_relative "baseline"
 
 DURATION = Float(ENV.fetch("BENCH_SECONDS", "3"))
-ROUNDS = 10 # each measurement is split into rounds, alternating gem and baseline against noise
+ROUNDS = 10 # each measurement is split into rounds, alternating the implementations against noise
 WARMUP = [DURATION / 10, 0.3].min
 TARGETS = { 1 => 1.5, 8 => 3.0 }.freeze # wanted gem/baseline ops/s, per thread count (issue 4)
 CPU_TARGET = 0.5 # wanted at most: gem/baseline client CPU per cycle, 1 thread (issue 4)
+
+FLOOR = Bench.example("floor")
+FLOOR_LINE = %r{floor: (?<cycles>\d+) cycles in (?<wall>[\d.]+) s = [\d.]+ cycles/s, (?<cpu>[\d.]+) s CPU}
 
 class BenchBug < StandardError; end
 
@@ -50,21 +56,37 @@ def cycles(name, locker, key, deadline)
   count
 end
 
-def lockers(url, pool_size)
+# The floor in a process of its own: `threads` threads, each with a connection and key.
+# @return [Array(Integer, Float, Float, Float)] as #run, the CPU being the floor process's own
+def run_floor(url, threads, seconds)
+  redis_start = Bench.redis_cpu(REDIS)
+  output = IO.popen([FLOOR, url, seconds.to_s, threads.to_s], &:read)
+  measured = output.match(FLOOR_LINE)
+  raise BenchBug, "floor: the example failed: #{output}" unless $CHILD_STATUS.success? && measured
+
+  [Integer(measured[:cycles]), Float(measured[:wall]), Float(measured[:cpu]), Bench.redis_cpu(REDIS) - redis_start]
+end
+
+# How each implementation runs `threads` threads for `seconds`.
+# @return [Hash{Symbol => Proc}] for :gem, :baseline and :floor
+def runners(url, threads)
+  gem = LockManager::Locker.new(redis_url: url, pool_size: threads)
+  baseline = Baseline::Locker.new(pool_size: threads, redis: { url: url })
   {
-    gem: LockManager::Locker.new(redis_url: url, pool_size: pool_size),
-    baseline: Baseline::Locker.new(pool_size: pool_size, redis: { url: url })
+    gem: ->(seconds) { run(:gem, gem, threads, seconds) },
+    baseline: ->(seconds) { run(:baseline, baseline, threads, seconds) },
+    floor: ->(seconds) { run_floor(url, threads, seconds) }
   }
 end
 
-# @return [Hash{Symbol => Array(Integer, Float, Float)}] #run's numbers summed, for :gem and :baseline
+# @return [Hash{Symbol => Array(Integer, Float, Float, Float)}] #run's numbers summed, per implementation
 def compare(url, threads)
-  lockers = lockers(url, threads)
-  lockers.each { |name, locker| run(name, locker, threads, WARMUP) }
-  totals = lockers.transform_values { [0, 0.0, 0.0, 0.0] }
+  runners = runners(url, threads)
+  runners.each_value { |runner| runner.call(WARMUP) }
+  totals = runners.transform_values { [0, 0.0, 0.0, 0.0] }
   ROUNDS.times do |round|
-    (round.even? ? lockers : lockers.reverse_each).each do |name, locker|
-      totals[name] = totals[name].zip(run(name, locker, threads, DURATION / ROUNDS)).map(&:sum)
+    (round.even? ? runners : runners.reverse_each).each do |name, runner|
+      totals[name] = totals[name].zip(runner.call(DURATION / ROUNDS)).map(&:sum)
     end
   end
   totals
@@ -94,9 +116,25 @@ def redis_us_per_cycle((cycles, _wall, _cpu, redis))
   redis / cycles * 1e6
 end
 
-def row(label, gem, baseline, unit, note = "")
-  format("%<label>-31s %<gem>9.1f %<unit>-5s %<baseline>9.1f %<unit>-5s %<ratio>11.2fx %<note>s",
-         label: label, gem: gem, baseline: baseline, unit: unit, ratio: gem / baseline, note: note).rstrip
+# One line: a figure of the gem, the baseline and the floor, then gem/baseline, floor/baseline
+# and gem/floor.
+def row(label, totals, unit, note = "")
+  gem, baseline, floor = totals.values_at(:gem, :baseline, :floor)
+  format("%<label>-31s %<gem>9.1f %<unit>-5s %<baseline>9.1f %<unit>-5s %<floor>9.1f %<unit>-5s " \
+         "%<ratio>11.2fx %<floor_ratio>13.2fx %<gem_floor>9.2fx %<note>s",
+         label: label, gem: gem, baseline: baseline, floor: floor, unit: unit, ratio: gem / baseline,
+         floor_ratio: floor / baseline, gem_floor: gem / floor, note: note).rstrip
+end
+
+# A target's line: gem/baseline against it and, when the floor misses it too, the floor's ratio.
+# @param figures [Hash{Symbol => Float}] the measured figure of :gem, :baseline and :floor
+def target_line(label, figures, target, at_most: false)
+  ratio, floor_ratio = figures.values_at(:gem, :floor).map { |figure| figure / figures[:baseline] }
+  verdict = Bench.verdict(ratio, target, at_most: at_most)
+  floor_misses = Bench.verdict(floor_ratio, target, at_most: at_most) != "target met"
+  verdict += format(", nor does the floor (%.2fx)", floor_ratio) if floor_misses && verdict != "target met"
+  format("%<label>s: gem/baseline %<ratio>.2fx, wanted %<sign>s %<target>sx: %<verdict>s",
+         label: label, ratio: ratio, sign: at_most ? "<=" : ">=", target: target, verdict: verdict)
 end
 
 url = Bench.redis_url
@@ -106,35 +144,25 @@ puts "redis-server: #{REDIS.info("server")["redis_version"]} (#{ENV["REDIS_URL"]
 puts "date:         #{Time.now.strftime("%F %T %z")}, #{Etc.nprocessors} cores"
 puts "#{DURATION} s per measurement in #{ROUNDS} alternating rounds, after #{WARMUP} s of warm-up"
 
-puts "", format("%<workload>-31s %<gem>15s %<baseline>15s %<ratio>12s",
-                workload: "workload", gem: "gem", baseline: "baseline", ratio: "gem/baseline")
-ratios = {}
-cpu_ratio = nil
+puts "", format("%<workload>-31s %<gem>15s %<baseline>15s %<floor>15s %<ratio>12s %<floor_ratio>14s %<gem_floor>10s",
+                workload: "workload", gem: "gem", baseline: "baseline", floor: "floor (Rust)", ratio: "gem/baseline",
+                floor_ratio: "floor/baseline", gem_floor: "gem/floor")
+verdicts = []
 begin
-  TARGETS.each_key do |threads|
-    gem, baseline = compare(url, threads).values_at(:gem, :baseline)
-    ratios[threads] = ops_per_second(gem) / ops_per_second(baseline)
-    puts row("nonblocking_lock, #{threads} thread#{"s" if threads > 1}",
-             ops_per_second(gem), ops_per_second(baseline), "ops/s")
-    puts row("  cores busy (client + redis)", cores_busy(gem), cores_busy(baseline), "cores")
-    puts row("  redis-server busy (its 1 core)", redis_busy(gem) * 100, redis_busy(baseline) * 100, "%")
-    puts row("  redis-server CPU per cycle", redis_us_per_cycle(gem), redis_us_per_cycle(baseline), "µs")
-    puts row("  client CPU per cycle", cpu_us_per_cycle(gem), cpu_us_per_cycle(baseline), "µs") if threads > 1
-    next unless threads == 1
-
-    cpu_ratio = cpu_us_per_cycle(gem) / cpu_us_per_cycle(baseline)
-    puts row("client CPU per cycle, 1 thread", cpu_us_per_cycle(gem), cpu_us_per_cycle(baseline),
-             "µs", "(lower is better)")
+  TARGETS.each do |threads, target|
+    totals = compare(url, threads)
+    rates = totals.transform_values { |measured| ops_per_second(measured) }
+    puts row("nonblocking_lock, #{threads} thread#{"s" if threads > 1}", rates, "ops/s")
+    puts row("  cores busy (client + redis)", totals.transform_values { |m| cores_busy(m) }, "cores")
+    puts row("  redis-server busy (its 1 core)", totals.transform_values { |m| redis_busy(m) * 100 }, "%")
+    puts row("  redis-server CPU per cycle", totals.transform_values { |m| redis_us_per_cycle(m) }, "µs")
+    cpu = totals.transform_values { |measured| cpu_us_per_cycle(measured) }
+    puts row("  client CPU per cycle", cpu, "µs", threads == 1 ? "(lower is better)" : "")
+    verdicts << target_line("#{threads} thread#{"s" if threads > 1}", rates, target)
+    verdicts << target_line("client CPU, 1 thread", cpu, CPU_TARGET, at_most: true) if threads == 1
   end
 rescue BenchBug => e
   abort "BUG: #{e.message}"
 end
 
-puts
-TARGETS.each do |threads, target|
-  verdict = ratios[threads] >= target ? "target met" : "target NOT met"
-  puts "#{threads} thread#{"s" if threads > 1}: gem/baseline #{ratios[threads].round(2)}x, " \
-       "wanted >= #{target}x: #{verdict}"
-end
-verdict = cpu_ratio <= CPU_TARGET ? "target met" : "target NOT met"
-puts "client CPU, 1 thread: gem/baseline #{cpu_ratio.round(2)}x, wanted <= #{CPU_TARGET}x: #{verdict}"
+puts "", verdicts

@@ -6,7 +6,8 @@
 //!
 //!     cargo run --release --example floor -- redis://127.0.0.1:6380/0 3 [threads]
 //!
-//! Prints `floor: <cycles> cycles in <seconds> s = <rate> cycles/s` (bench/floor.rb reads it).
+//! Prints `floor: <cycles> cycles in <seconds> s = <rate> cycles/s, <cpu> s CPU` (bench/floor.rb
+//! and bench/locks.rb read it): the CPU of the whole process, all threads, over those cycles.
 
 use std::time::{Duration, Instant};
 
@@ -28,7 +29,7 @@ fn main() -> redis::RedisResult<()> {
     let connections = (0..threads)
         .map(|_| client.get_connection())
         .collect::<redis::RedisResult<Vec<_>>>()?;
-    let start = Instant::now();
+    let (start, cpu_start) = (Instant::now(), process_cpu_seconds());
     let deadline = start + Duration::from_secs_f64(seconds);
     let workers: Vec<_> = connections
         .into_iter()
@@ -40,11 +41,25 @@ fn main() -> redis::RedisResult<()> {
         cycles += worker.join().expect("a floor thread panicked")?;
     }
     let elapsed = start.elapsed().as_secs_f64();
+    let cpu = process_cpu_seconds() - cpu_start;
     println!(
-        "floor: {cycles} cycles in {elapsed:.2} s = {:.0} cycles/s",
+        "floor: {cycles} cycles in {elapsed:.6} s = {:.0} cycles/s, {cpu:.6} s CPU",
         cycles as f64 / elapsed
     );
     Ok(())
+}
+
+/// CPU seconds this process has used so far, all threads (what Ruby's
+/// `Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)` reads for the gem).
+fn process_cpu_seconds() -> f64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec for the call to write.
+    let read = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) };
+    assert_eq!(read, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID) failed");
+    now.tv_sec as f64 + now.tv_nsec as f64 / 1e9
 }
 
 /// Lock and unlock cycles on one connection and one key until `deadline`.
