@@ -8,6 +8,12 @@ require "redis"
 # A real redis-server on a free loopback port, owned by the suite: it may be stopped, paused
 # and restarted (on the same port) to inject faults. Nothing is persisted.
 class RedisServer
+  # A real redis-server is a service of its own, not a child in its clients' session. Started in
+  # the test's or benchmark's session, Linux's autogroup scheduling would give it and every client
+  # thread one CPU share between them: 8 threads' lock cycles measured 20-25% slower so
+  # (bench/locks.rb, 2026-11-23). `setsid` execs in place: the pid stays redis-server's.
+  OWN_SESSION = File.executable?("/usr/bin/setsid") ? ["/usr/bin/setsid"] : [].freeze
+
   attr_reader :port
 
   # @param tls [Boolean] serve TLS only, with a certificate from a throwaway CA (see #ca_file)
@@ -47,7 +53,7 @@ class RedisServer
     args += ["--requirepass", @password] if @password
     args += ["--unixsocket", socket] if @unix
     args += tls_arguments if @tls
-    @pid = Process.spawn(*args, out: File::NULL, err: File::NULL)
+    @pid = Process.spawn(*OWN_SESSION, *args, out: File::NULL, err: File::NULL)
     wait_until_ready
     self
   rescue Errno::ENOENT
