@@ -10,7 +10,7 @@ require "redis"
 class RedisServer
   # A real redis-server is a service of its own, not a child in its clients' session. Started in
   # the test's or benchmark's session, Linux's autogroup scheduling would give it and every client
-  # thread one CPU share between them: 8 threads' lock cycles measured 20-25% slower so
+  # thread one CPU share between them: 8 threads' lock cycles measured 22-30% slower so
   # (bench/locks.rb, 2026-11-23). `setsid` execs in place: the pid stays redis-server's.
   OWN_SESSION = File.executable?("/usr/bin/setsid") ? ["/usr/bin/setsid"] : [].freeze
 
