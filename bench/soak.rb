@@ -249,7 +249,7 @@ def leftover_keys(redis)
   (LOCK_KEYS.select { |key| redis.exists?(key) } + redis.keys("#{PREFIX}*")).uniq - [FENCING_COUNTER]
 end
 
-server = RedisServer.new.start
+server = RedisServer.new(own_session: true).start
 at_exit { server.shutdown }
 url = server.url
 Bench.header(url)

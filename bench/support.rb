@@ -21,11 +21,12 @@ module Bench
     Process.clock_gettime(clock)
   end
 
-  # REDIS_URL, or the URL of a throwaway redis-server on a free loopback port, stopped at exit.
+  # REDIS_URL, or the URL of a throwaway redis-server on a free loopback port, stopped at exit,
+  # in a session of its own as a real Redis (see RedisServer#initialize).
   # A forked child must leave with `exit!`, or it would stop that server too.
   def redis_url
     ENV.fetch("REDIS_URL") do
-      server = RedisServer.new.start
+      server = RedisServer.new(own_session: true).start
       at_exit { server.shutdown }
       server.url
     end

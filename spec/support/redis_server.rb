@@ -8,21 +8,22 @@ require "redis"
 # A real redis-server on a free loopback port, owned by the suite: it may be stopped, paused
 # and restarted (on the same port) to inject faults. Nothing is persisted.
 class RedisServer
-  # A real redis-server is a service of its own, not a child in its clients' session. Started in
-  # the test's or benchmark's session, Linux's autogroup scheduling would give it and every client
-  # thread one CPU share between them: 8 threads' lock cycles measured 22-30% slower so
-  # (bench/locks.rb, 2026-11-23). `setsid` execs in place: the pid stays redis-server's.
-  OWN_SESSION = File.executable?("/usr/bin/setsid") ? ["/usr/bin/setsid"] : [].freeze
-
   attr_reader :port
 
   # @param tls [Boolean] serve TLS only, with a certificate from a throwaway CA (see #ca_file)
   # @param unix [Boolean] also listen on a unix socket (see #socket)
-  def initialize(port: RedisServer.free_port, password: nil, tls: false, unix: false)
+  # @param own_session [Boolean] run in a session of its own (`setsid`, which execs in place: the
+  #   pid stays redis-server's), as a real Redis runs: a service, not a child in its clients'
+  #   session. For benchmarks: in the client's session, Linux's autogroup scheduling gives Redis and
+  #   every client thread one CPU share, and 8 threads' lock cycles measured 22-30% slower so
+  #   (bench/locks.rb, 2026-11-23). Not for the specs: out of the terminal's process group, the
+  #   server would outlive a second Ctrl-C.
+  def initialize(port: RedisServer.free_port, password: nil, tls: false, unix: false, own_session: false)
     @port = port
     @password = password
     @tls = tls
     @unix = unix
+    @own_session = own_session && File.executable?("/usr/bin/setsid")
     @dir = Dir.mktmpdir("lock_manager-redis")
     make_certificates if tls
   end
@@ -53,7 +54,8 @@ class RedisServer
     args += ["--requirepass", @password] if @password
     args += ["--unixsocket", socket] if @unix
     args += tls_arguments if @tls
-    @pid = Process.spawn(*OWN_SESSION, *args, out: File::NULL, err: File::NULL)
+    args.unshift("/usr/bin/setsid") if @own_session
+    @pid = Process.spawn(*args, out: File::NULL, err: File::NULL)
     wait_until_ready
     self
   rescue Errno::ENOENT
