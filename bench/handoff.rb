@@ -178,16 +178,9 @@ def contention_row(impl, measured, ratio, floor)
   return cells unless impl.gem?
 
   cells << format("%.2fx floor", ratio / floor) if floor
-  cells << "wall: #{Bench.verdict(ratio, WALL_TARGET)}#{floor_misses(ratio, floor)}"
+  cells << "wall: #{Bench.verdict_beside_floor(ratio, floor, WALL_TARGET, unit: "x ideal")}"
   cells << "p99: #{Bench.verdict(p99, P99_TARGET)}" if impl.options[:fair]
   cells
-end
-
-# @return [String] what to add to a missed wall target that the floor misses too
-def floor_misses(ratio, floor)
-  return "" unless floor && floor > WALL_TARGET && ratio > WALL_TARGET
-
-  format(", nor does the floor (%.2fx ideal)", floor)
 end
 
 # The waiter of #release_to_acquire: each round, once the holder holds the key, waits for it.

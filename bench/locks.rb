@@ -130,9 +130,7 @@ end
 # @param figures [Hash{Symbol => Float}] the measured figure of :gem, :baseline and :floor
 def target_line(label, figures, target, at_most: false)
   ratio, floor_ratio = figures.values_at(:gem, :floor).map { |figure| figure / figures[:baseline] }
-  verdict = Bench.verdict(ratio, target, at_most: at_most)
-  floor_misses = Bench.verdict(floor_ratio, target, at_most: at_most) != "target met"
-  verdict += format(", nor does the floor (%.2fx)", floor_ratio) if floor_misses && verdict != "target met"
+  verdict = Bench.verdict_beside_floor(ratio, floor_ratio, target, at_most: at_most)
   format("%<label>s: gem/baseline %<ratio>.2fx, wanted %<sign>s %<target>sx: %<verdict>s",
          label: label, ratio: ratio, sign: at_most ? "<=" : ">=", target: target, verdict: verdict)
 end

@@ -107,11 +107,26 @@ module Bench
     sorted[(fraction * sorted.size).ceil.clamp(1, sorted.size) - 1]
   end
 
-  # "target met", or "target NOT met (by X%)" where X is how far `value` is past `limit`.
   # @param at_most [Boolean] true when the target is an upper bound, false for a lower bound
+  def met?(value, limit, at_most: true)
+    at_most ? value <= limit : value >= limit
+  end
+
+  # "target met", or "target NOT met (by X%)" where X is how far `value` is past `limit`.
   def verdict(value, limit, at_most: true)
-    return "target met" if at_most ? value <= limit : value >= limit
+    return "target met" if met?(value, limit, at_most: at_most)
 
     format("target NOT met (by %<miss>.0f%%)", miss: (at_most ? (value / limit) - 1 : 1 - (value / limit)) * 100)
+  end
+
+  # #verdict, saying so when the floor (no Ruby in the loop) misses the target too: the target is
+  # then bounded by Redis and the machine, not by the gem.
+  # @param floor [Float, nil] the floor's figure (nil: not measured)
+  # @param unit [String] what follows the floor's figure
+  def verdict_beside_floor(value, floor, limit, at_most: true, unit: "x")
+    verdict = verdict(value, limit, at_most: at_most)
+    return verdict if floor.nil? || met?(value, limit, at_most: at_most) || met?(floor, limit, at_most: at_most)
+
+    format("%<verdict>s, nor does the floor (%<floor>.2f%<unit>s)", verdict: verdict, floor: floor, unit: unit)
   end
 end
