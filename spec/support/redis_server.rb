@@ -8,6 +8,8 @@ require "redis"
 # A real redis-server on a free loopback port, owned by the suite: it may be stopped, paused
 # and restarted (on the same port) to inject faults. Nothing is persisted.
 class RedisServer
+  SETSID = "/usr/bin/setsid"
+
   attr_reader :port
 
   # @param tls [Boolean] serve TLS only, with a certificate from a throwaway CA (see #ca_file)
@@ -23,7 +25,7 @@ class RedisServer
     @password = password
     @tls = tls
     @unix = unix
-    @own_session = own_session && File.executable?("/usr/bin/setsid")
+    @own_session = own_session && File.executable?(SETSID)
     @dir = Dir.mktmpdir("lock_manager-redis")
     make_certificates if tls
   end
@@ -54,7 +56,7 @@ class RedisServer
     args += ["--requirepass", @password] if @password
     args += ["--unixsocket", socket] if @unix
     args += tls_arguments if @tls
-    args.unshift("/usr/bin/setsid") if @own_session
+    args.unshift(SETSID) if @own_session
     @pid = Process.spawn(*args, out: File::NULL, err: File::NULL)
     wait_until_ready
     self
