@@ -14,7 +14,7 @@ Gem::Specification.new do |spec|
 
   spec.files = Dir[
     "lib/**/*.rb", "sig/**/*.rbs", "ext/lock_manager/extconf.rb", "ext/lock_manager/Cargo.toml",
-    "ext/lock_manager/src/**/*.rs", "Cargo.toml", "Cargo.lock", "README.md", "LICENSE"
+    "ext/lock_manager/src/**/*.rs", "ext/lock_manager/src/**/*.lua", "Cargo.toml", "Cargo.lock", "README.md", "LICENSE"
   ]
   spec.require_paths = ["lib"]
   spec.extensions = ["ext/lock_manager/extconf.rb"]

@@ -6,7 +6,7 @@ require_relative "lock_manager/arguments"
 require_relative "lock_manager/configuration"
 require_relative "lock_manager/result"
 require_relative "lock_manager/lock"
-# The native library defines LockManager::Locker and looks up the error classes above.
+# The native library defines LockManager::Native and looks up the error classes above.
 require "lock_manager/lock_manager"
 require_relative "lock_manager/locker"
 
@@ -46,12 +46,6 @@ module LockManager
 
     def logger
       config.logger
-    end
-
-    # Called by the native extension when a lock could not be released after its block.
-    # @api private
-    def report_release(key, problem)
-      logger&.warn("lock #{key.inspect}: #{problem}")
     end
   end
 end

@@ -65,6 +65,18 @@ module LockManager
       value
     end
 
+    # `renew` and `max_hold` together, as the extension takes them.
+    # @return [false, true, Integer] no renewal, renewal until released, or renewal for at most
+    #   this many ms
+    def renewal(renew, max_hold, default_max_hold: nil)
+      boolean(renew, :renew)
+      raise ArgumentError, "max_hold needs renew: true (without renewal the lock lives `timeout`)" if max_hold && !renew
+      return false unless renew
+
+      max_hold ||= default_max_hold
+      max_hold ? milliseconds(max_hold, :max_hold) : true
+    end
+
     ON_LOST = %i[warn raise].freeze
 
     def on_lost(value, name)

@@ -1,27 +1,14 @@
 # frozen_string_literal: true
 
 module LockManager
-  # Defined by the native extension (ext/lock_manager/src/locker.rs); this file adds the Ruby
-  # API around it: keyword arguments, argument checks, and the class-level shared instance.
+  # Locks on one Redis, with a pool of its own. `LockManager::Locker.nonblocking_lock` and
+  # `.blocking_lock` use the shared one built from LockManager.config.
   class Locker
     DEFAULT_TIMEOUT = 30
 
     Result = LockManager::Result
 
-    private :native_synchronize, :native_try_acquire, :native_acquire, :native_release,
-            :native_refresh, :native_owned, :native_locked
-
     class << self
-      # A Locker with its own pool; options not given come from LockManager.config.
-      def new(**options)
-        settings = Configuration.check(LockManager.config.locker_options.merge(options)).freeze
-        locker = native_new(*settings.values_at(:redis_url, :pool_size, :pool_timeout, :connect_timeout,
-                                                :read_timeout, :retry_interval, :key_prefix))
-        # `fair` is a Ruby-side default: the native Locker takes it per call.
-        locker.instance_variable_set(:@settings, settings)
-        locker
-      end
-
       # The shared Locker built from LockManager.config.
       def instance
         LockManager.locker
@@ -34,8 +21,14 @@ module LockManager
       def blocking_lock(key, **options, &block)
         instance.blocking_lock(key, **options, &block)
       end
+    end
 
-      private :native_new
+    # @param options the settings of LockManager.configure; those not given come from LockManager.config
+    # @raise [ArgumentError] naming the first bad option
+    def initialize(**options)
+      @settings = Configuration.check(LockManager.config.locker_options.merge(options)).freeze
+      @native = Native::Locker.new(*@settings.values_at(:redis_url, :pool_size, :pool_timeout, :connect_timeout,
+                                                        :read_timeout, :retry_interval, :key_prefix))
     end
 
     # Runs the block only if the lock is free right now. A block that takes an argument gets the
@@ -57,16 +50,14 @@ module LockManager
     # @return the block's value
     # @raise [LockNotAcquired] when the lock stays taken for the whole wait
     def blocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, fair: fair?, renew: renew?, max_hold: nil, &block)
-      fair = Arguments.boolean(fair, :fair)
       synchronize(key, timeout, limit, wait: true, fair: fair, renew: renew, max_hold: max_hold, &block).result
     end
 
     # @return [Lock, nil] nil when someone else holds the lock
     def try_lock(key, timeout: DEFAULT_TIMEOUT, renew: renew?, max_hold: nil)
       key = Arguments.key(key).dup.freeze # the Lock keeps it: the caller may change theirs
-      ttl = Arguments.milliseconds(timeout, :timeout)
-      taken = native_try_acquire(key, ttl, renew, renewal_cap(renew, max_hold))
-      taken && handle(key, *taken, renewed: renew)
+      native = @native.lock(key, Arguments.milliseconds(timeout, :timeout), nil, false, renewal(renew, max_hold))
+      native && Lock.new(key, native)
     end
 
     # @return [Lock]
@@ -74,8 +65,7 @@ module LockManager
     def lock(key, timeout: DEFAULT_TIMEOUT, fair: fair?, renew: renew?, max_hold: nil)
       key = Arguments.key(key).dup.freeze # the Lock keeps it: the caller may change theirs
       ttl = Arguments.milliseconds(timeout, :timeout)
-      fair = Arguments.boolean(fair, :fair)
-      handle(key, *native_acquire(key, ttl, ttl / 1000.0, fair, renew, renewal_cap(renew, max_hold)), renewed: renew)
+      Lock.new(key, @native.lock(key, ttl, ttl / 1000.0, Arguments.boolean(fair, :fair), renewal(renew, max_hold)))
     end
 
     # @return [Boolean] whether blocking waits are fair unless told otherwise
@@ -90,7 +80,12 @@ module LockManager
 
     # @return [Boolean] true if anyone holds the lock
     def locked?(key)
-      native_locked(Arguments.key(key))
+      @native.locked?(Arguments.key(key))
+    end
+
+    # @return [Array(Integer, Integer)] open and idle connections of this process's pool
+    def pool_state
+      @native.pool_state
     end
 
     def settings
@@ -111,50 +106,57 @@ module LockManager
       raise ArgumentError, "a block is required" unless block_given?
 
       ttl = Arguments.milliseconds(timeout, :timeout)
-      max_hold_ms = renewal_cap(renew, max_hold)
       run_locked(Arguments.key(key), ttl, Arguments.positive_integer(limit, :limit),
-                 wait: wait ? ttl / 1000.0 : nil, fair: fair, renew: renew, max_hold_ms: max_hold_ms, &block)
+                 wait: wait ? ttl / 1000.0 : nil, fair: Arguments.boolean(fair, :fair),
+                 renewal: renewal(renew, max_hold), &block)
     end
 
-    # Runs the block under the lock; a lock lost meanwhile is reported as on_lost says.
-    def run_locked(key, ttl, limit, wait:, fair:, renew:, max_hold_ms:, &block)
-      result = value = started = nil
-      held = native_synchronize(key, ttl, wait, limit, fair, renew, max_hold_ms) do |fencing_token, lease|
-        result = Result.new(true, fencing_token: fencing_token, lease: lease)
+    # Runs the block under the lock; a lock lost meanwhile, or not released, is reported.
+    def run_locked(key, ttl, limit, wait:, fair:, renewal:, &block)
+      result = started = raised = nil
+      outcome = @native.synchronize(key, ttl, wait, limit, fair, renewal) do |fencing_token, lock|
+        result = Result.new(true, fencing_token: fencing_token, lock: lock)
         started = monotonic
-        value = result.yield_to(&block)
+        result.yield_to(&block)
+      rescue Exception => e # rubocop:disable Lint/RescueException -- re-raised once the lock is released
+        raised = e
       end
-      return if held.nil?
+      return if outcome.nil?
 
-      lost(key, value, ran_for: monotonic - started, ttl: ttl, renew: renew, max_hold_ms: max_hold_ms) unless held
-      result.finish(value, lost: !held)
+      held = held_to_the_end?(key, outcome, raised)
+      lost(key, result.result, ran_for: monotonic - started, ttl: ttl, renewal: renewal) unless held
+      result.finish(lost: !held)
     end
 
-    def lost(key, value, ran_for:, ttl:, renew:, max_hold_ms:)
-      error = LockLost.new(key, value: value, ran_for: ran_for, timeout: ttl / 1000.0, renewed: renew,
-                                max_hold: max_hold_ms && (max_hold_ms / 1000.0))
+    # The extension's word on the release after the block: true or false, or [held, problem]
+    # when the release failed (logged: it cannot change what the block did). The block's own
+    # exception, if any, goes on from here.
+    def held_to_the_end?(key, outcome, raised)
+      if outcome.is_a?(Array)
+        held, problem = outcome
+        LockManager.logger&.warn("lock #{key.inspect}: #{problem}")
+      else
+        held = outcome
+      end
+      raise raised if raised
+
+      held
+    end
+
+    def lost(key, value, ran_for:, ttl:, renewal:)
+      error = LockLost.new(key, value: value, ran_for: ran_for, timeout: ttl / 1000.0, renewed: renewal != false,
+                                max_hold: renewal.is_a?(Integer) ? renewal / 1000.0 : nil)
       raise error if @settings[:on_lost] == :raise
 
       LockManager.logger&.warn(error.message)
     end
 
-    # Checks `renew` and `max_hold` together.
-    # @return [Integer, nil] how many ms the renewal may go on (nil: no cap, or no renewal)
-    def renewal_cap(renew, max_hold)
-      Arguments.boolean(renew, :renew)
-      raise ArgumentError, "max_hold needs renew: true (without renewal the lock lives `timeout`)" if max_hold && !renew
-      return unless renew
-
-      max_hold ||= @settings[:max_hold]
-      max_hold && Arguments.milliseconds(max_hold, :max_hold)
+    def renewal(renew, max_hold)
+      Arguments.renewal(renew, max_hold, default_max_hold: @settings[:max_hold])
     end
 
     def monotonic
       Process.clock_gettime(Process::CLOCK_MONOTONIC)
-    end
-
-    def handle(key, token, fencing_token, lease, renewed:)
-      Lock.new(self, key, token, fencing_token: fencing_token, lease: lease, renewed: renewed)
     end
   end
 end

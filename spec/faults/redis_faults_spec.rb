@@ -69,6 +69,24 @@ RSpec.describe "Redis faults" do
       expect(idle).to eq(open)
     end
 
+    it "(b) during a block that raises: its exception comes out, and the failed release is logged" do
+      log = capture_log
+      locker = locker_on(server, connect_timeout: 0.5, pool_timeout: 1)
+      error = Class.new(StandardError)
+      %i[nonblocking_lock blocking_lock].each do |method|
+        server.start unless server.running?
+        expect do
+          locker.public_send(method, "r", timeout: 30) do
+            server.kill
+            raise error, "the block's own"
+          end
+        end.to raise_error(error, "the block's own")
+      end
+      warnings = log.string.lines.grep(/"r"/)
+      expect(warnings.size).to eq(2)
+      expect(warnings).to all(include(address, "expires after its timeout"))
+    end
+
     it "(b) during the block: the block's value stands, the release that cannot reach Redis is logged, not raised" do
       log = capture_log
       locker = locker_on(server, connect_timeout: 0.5, pool_timeout: 1)

@@ -37,9 +37,12 @@ RSpec.describe "Bad input" do
   end
 
   it "rejects a refresh to a bad number of seconds" do
-    lock = LockManager::Lock.new(locker, "k", "token")
+    server = own_server
+    lock = LockManager::Locker.new(redis_url: server.url).try_lock("k")
+    server.stop # a refresh that reached Redis now would be a ConnectionError
     expect { lock.refresh(0) }.to raise_error(ArgumentError, /seconds/)
     expect { lock.refresh("10") }.to raise_error(ArgumentError, /seconds/)
+    expect { lock.refresh(10) }.to raise_error(LockManager::ConnectionError)
   end
 
   it "requires a block for the block forms" do

@@ -15,7 +15,9 @@
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use lock_manager::{Claim, Interrupt, LockCore, LockError, LockSettings, PoolSettings};
+use lock_manager::{
+    Claim, Interrupt, LockCore, LockError, LockSettings, PoolSettings, Renewal, Request,
+};
 
 struct Workload {
     key: String,
@@ -78,9 +80,13 @@ fn turns(core: &LockCore, workload: &Workload) -> Result<String, LockError> {
         let claim = Claim {
             key: key.as_bytes(),
             token,
-            ttl_ms: 30_000,
-            limit: 1,
-            fair: workload.fair,
+            request: Request {
+                ttl_ms: 30_000,
+                wait: Some(Duration::from_secs(30)),
+                limit: 1,
+                fair: workload.fair,
+                renewal: Renewal::Off,
+            },
         };
         let deadline = called + Duration::from_secs(30);
         core.acquire_until(&claim, called, deadline, &interrupt)?;

@@ -8,13 +8,12 @@
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-#[cfg(not(target_os = "linux"))]
-use std::sync::{Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::error::LockError;
+use crate::waker::Waker;
 
 /// The interrupt flag of one GVL-free call. Ruby's unblocking function raises it; the code
 /// running without the GVL polls it between steps, and waits on it instead of sleeping. A
@@ -28,88 +27,6 @@ pub struct Interrupt {
     /// SIGVTALRM until the main thread's blocking call returns with EINTR. So on the main
     /// thread, any EINTR is a reason to go back to Ruby and let it look.
     main_thread: bool,
-}
-
-/// Wakes a thread sleeping in `Interrupt::sleep_until`, from another thread. On Linux it is a
-/// futex word, so waking is async-signal-safe: Ruby may then call our unblocking function
-/// straight from its signal handler (see `NOGVL_FLAGS`).
-#[derive(Default)]
-pub struct Waker {
-    /// 1 once woken, until the sleeper consumes it.
-    woken: AtomicU32,
-    /// The fencing token of a lock a release handed to the sleeper (0: none), until it takes it.
-    handed: AtomicU64,
-    #[cfg(not(target_os = "linux"))]
-    parked: Mutex<()>,
-    #[cfg(not(target_os = "linux"))]
-    wake: Condvar,
-}
-
-impl Waker {
-    /// Ends the current (or next) sleep of the thread early; it then re-checks what it waits for.
-    pub fn wake(&self) {
-        self.woken.store(1, Ordering::Release);
-        self.notify();
-    }
-
-    /// Wakes the thread with the news that a release handed it the lock, with this fencing token.
-    pub fn hand_over(&self, fencing_token: u64) {
-        self.handed.store(fencing_token, Ordering::Release);
-        self.wake();
-    }
-
-    /// The fencing token of a lock handed over since the last call, if any.
-    pub fn take_handed(&self) -> Option<u64> {
-        Some(self.handed.swap(0, Ordering::AcqRel)).filter(|&token| token != 0)
-    }
-
-    #[cfg(target_os = "linux")]
-    fn notify(&self) {
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.woken.as_ptr(),
-                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                i32::MAX,
-            );
-        }
-    }
-
-    /// Blocks while nothing woke us, for `timeout` at most (or less: spurious returns are fine).
-    /// True when a signal cut it short.
-    #[cfg(target_os = "linux")]
-    fn park(&self, timeout: Duration) -> bool {
-        let timeout = libc::timespec {
-            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
-            tv_nsec: timeout.subsec_nanos() as libc::c_long,
-        };
-        let waited = unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.woken.as_ptr(),
-                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-                0u32,
-                &timeout as *const libc::timespec,
-            )
-        };
-        waited == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn notify(&self) {
-        drop(self.parked.lock());
-        self.wake.notify_all();
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn park(&self, timeout: Duration) -> bool {
-        if let Ok(guard) = self.parked.lock() {
-            if self.woken.load(Ordering::Acquire) == 0 {
-                let _ = self.wake.wait_timeout(guard, timeout);
-            }
-        }
-        false
-    }
 }
 
 /// `rb_nogvl` flags: never raise through our frames (INTR_FAIL); on Linux, also tell Ruby that
@@ -169,7 +86,7 @@ impl Interrupt {
     pub fn sleep_until(&self, until: Instant) -> Result<(), LockError> {
         loop {
             self.check()?;
-            if self.waker.woken.swap(0, Ordering::AcqRel) == 1 {
+            if self.waker.take_woken() {
                 return Ok(());
             }
             let now = Instant::now();

@@ -17,9 +17,13 @@ use scheduled_thread_pool::ScheduledThreadPool;
 use crate::error::LockError;
 use crate::gvl::Interrupt;
 use crate::per_process::PerProcess;
+use crate::replies::{is_authentication, is_signalled};
 
 /// How often a waiting checkout looks at its interrupt flag.
 const CHECKOUT_SLICE: Duration = Duration::from_millis(10);
+
+/// How often a call cut short by a signal that was not meant for it is tried again.
+pub const STRAY_SIGNAL_RETRIES: u32 = 2;
 
 /// Threads that open connections for every pool of the process (r2d2 would start 3 per pool).
 const CONNECTOR_THREADS: usize = 2;
@@ -145,19 +149,6 @@ impl Manager {
     }
 }
 
-/// How often a call cut short by a signal that was not meant for it is tried again.
-pub const STRAY_SIGNAL_RETRIES: u32 = 2;
-
-/// True when a system call returned EINTR: a signal arrived while we waited for Redis.
-/// redis-rs keeps the `io::Error` behind an `Arc<dyn Error>` that cannot be downcast, so this
-/// reads std's stable rendering of OS errors, "... (os error N)".
-pub fn is_signalled(error: &RedisError) -> bool {
-    error.is_io_error()
-        && error
-            .to_string()
-            .ends_with(&format!("(os error {})", libc::EINTR))
-}
-
 /// The pool of one process. A forked child must never use its parent's sockets or threads.
 struct ProcessPool {
     pool: r2d2::Pool<Manager>,
@@ -227,7 +218,7 @@ impl Pool {
         let started = Instant::now();
         let deadline = started + self.settings.pool_timeout;
         let failures_before = process.health.failed_connects.load(Ordering::Acquire);
-        let _waiting = Waiting::count(&process.health);
+        let _waiting = WaitingCheckout::count(&process.health);
         loop {
             interrupt.check()?;
             let slice = CHECKOUT_SLICE.min(deadline.saturating_duration_since(Instant::now()));
@@ -310,29 +301,19 @@ fn connector_threads() -> Arc<ScheduledThreadPool> {
 }
 
 /// Counts a checkout as waiting while it lives.
-struct Waiting<'a>(&'a Health);
+struct WaitingCheckout<'a>(&'a Health);
 
-impl<'a> Waiting<'a> {
+impl<'a> WaitingCheckout<'a> {
     fn count(health: &'a Health) -> Self {
         health.waiting.fetch_add(1, Ordering::AcqRel);
-        Waiting(health)
+        WaitingCheckout(health)
     }
 }
 
-impl Drop for Waiting<'_> {
+impl Drop for WaitingCheckout<'_> {
     fn drop(&mut self) {
         self.0.waiting.fetch_sub(1, Ordering::AcqRel);
     }
-}
-
-fn is_authentication(error: &RedisError) -> bool {
-    error.kind() == redis::ErrorKind::AuthenticationFailed
-        || matches!(error.code(), Some("WRONGPASS" | "NOAUTH"))
-}
-
-/// Redis refused the credentials, or what the user may touch (an ACL): asking again won't help.
-pub fn is_refused_access(error: &RedisError) -> bool {
-    is_authentication(error) || error.code() == Some("NOPERM")
 }
 
 fn display_addr(addr: &ConnectionAddr) -> String {

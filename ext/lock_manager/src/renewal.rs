@@ -13,25 +13,39 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::gvl::{self, Interrupt};
-use crate::lock::LockCore;
+use crate::lock_core::LockCore;
 use crate::per_process::PerProcess;
+use crate::request::Request;
 
 /// How soon a renewal that failed (Redis unreachable) is tried again, at most.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
 
-/// What one held lock needs renewed: where, who, and for how long.
+/// What one held lock needs renewed: where, who, and what its lock call asked for.
 pub struct LeaseTerms {
     pub core: Arc<LockCore>,
     pub key: Vec<u8>,
     pub token: String,
-    pub ttl: Duration,
-    pub limit: u32,
-    /// Renewal stops extending the lock past this instant (`max_hold` after acquisition).
-    pub hold_until: Option<Instant>,
-    /// Renew until stopped (`renew: true`), or only extend a lock handed over, once.
-    pub keep_renewing: bool,
+    /// Its TTL, limit and renewal: renewed until stopped (`Renewal::UntilReleased`), never past
+    /// `max_hold` after `taken` (`Renewal::Capped`), or, off, only a lock handed over is
+    /// extended, once.
+    pub request: Request,
+    pub taken: Instant,
     /// When a lock handed over expires unless extended (`Acquisition::expires_early`).
     pub expires_early: Option<Instant>,
+}
+
+impl LeaseTerms {
+    fn ttl(&self) -> Duration {
+        self.request.ttl()
+    }
+
+    fn hold_until(&self) -> Option<Instant> {
+        self.request.renewal.hold_until(self.taken)
+    }
+
+    fn keep_renewing(&self) -> bool {
+        self.request.renewal.is_on()
+    }
 }
 
 /// The holder's side of a renewed lock. Dropping it (or `stop`) ends the renewal.
@@ -49,7 +63,8 @@ struct LeaseState {
     stopped: AtomicBool,
 }
 
-struct Renewal {
+/// A lease in the renewer's schedule.
+struct Scheduled {
     terms: LeaseTerms,
     state: Arc<LeaseState>,
     due: Instant,
@@ -66,7 +81,7 @@ struct Renewer {
 
 #[derive(Default)]
 struct Schedule {
-    renewals: Vec<Renewal>,
+    renewals: Vec<Scheduled>,
     /// When the renewer's thread looks at `renewals` next (`None`: only when told). A renewal
     /// due later needs no wake-up: every lock handed over to a waiter starts one, and waking the
     /// thread for each cost a context switch per hand-off.
@@ -94,9 +109,9 @@ impl Lease {
         let now = Instant::now();
         let (due, expires) = match terms.expires_early {
             Some(expires) => (now + expires.saturating_duration_since(now) / 2, expires),
-            None => (now + terms.ttl / 3, now + terms.ttl),
+            None => (now + terms.ttl() / 3, now + terms.ttl()),
         };
-        let renewal = Renewal {
+        let renewal = Scheduled {
             due,
             expires,
             terms,
@@ -188,32 +203,35 @@ impl Renewer {
 
 /// One renewal; `None` when the lease is over (lost, `max_hold` reached and expired, or the one
 /// extension of a lock handed over done).
-fn renew(mut renewal: Renewal) -> Option<Renewal> {
+fn renew(mut renewal: Scheduled) -> Option<Scheduled> {
     let now = Instant::now();
     let terms = &renewal.terms;
-    let ttl = match terms.hold_until {
+    let ttl = match terms.hold_until() {
         // Past `max_hold`: no more renewals; lost once the TTL it has runs out.
         Some(hold_until) if hold_until <= now && now >= renewal.expires => return lose(renewal),
         Some(hold_until) if hold_until <= now => {
             renewal.due = renewal.expires;
             return Some(renewal);
         }
-        Some(hold_until) => terms.ttl.min(hold_until - now),
-        None => terms.ttl,
+        Some(hold_until) => terms.ttl().min(hold_until - now),
+        None => terms.ttl(),
     };
     let ttl_ms = (ttl.as_millis() as u64).max(1);
     let interrupt = Interrupt::for_current_thread();
-    match terms
-        .core
-        .refresh(&terms.key, &terms.token, ttl_ms, terms.limit, &interrupt)
-    {
-        Ok(true) if !terms.keep_renewing => None,
+    match terms.core.refresh(
+        &terms.key,
+        &terms.token,
+        ttl_ms,
+        terms.request.limit,
+        &interrupt,
+    ) {
+        Ok(true) if !terms.keep_renewing() => None,
         Ok(true) => {
             renewal.expires = now + ttl;
             // The last renewal before `max_hold` wakes us at `hold_until`, to report it lost.
-            renewal.due = match terms.hold_until {
-                Some(hold_until) if ttl < terms.ttl => hold_until,
-                _ => now + terms.ttl / 3,
+            renewal.due = match terms.hold_until() {
+                Some(hold_until) if ttl < terms.ttl() => hold_until,
+                _ => now + terms.ttl() / 3,
             };
             Some(renewal)
         }
@@ -227,7 +245,7 @@ fn renew(mut renewal: Renewal) -> Option<Renewal> {
     }
 }
 
-fn lose(renewal: Renewal) -> Option<Renewal> {
+fn lose(renewal: Scheduled) -> Option<Scheduled> {
     renewal.state.lost.store(true, Ordering::Release);
     None
 }

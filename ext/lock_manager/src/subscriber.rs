@@ -20,10 +20,11 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::gvl::{self, Waker};
+use crate::gvl;
+use crate::keys::{lock_of_channel, KeySpace, PROCESS_CHANNEL_PREFIX};
 use crate::per_process::PerProcess;
-use crate::pool::{is_refused_access, is_signalled};
-use crate::scripts::CHANNEL_PREFIX;
+use crate::replies::{is_refused_access, is_signalled, FencingToken};
+use crate::waker::Waker;
 
 /// How long the listening thread blocks on its socket before looking at its stop flag.
 const POLL: Duration = Duration::from_millis(500);
@@ -35,17 +36,52 @@ const RESUBSCRIBE_PAUSE: Duration = Duration::from_millis(200);
 const AFTER_REFUSAL: Duration = Duration::from_secs(10);
 
 /// A waiting thread: the token it acquires with, and how to wake it.
-struct Waiting {
+struct Waiter {
     token: Vec<u8>,
     waker: Arc<Waker>,
 }
 
-/// Where this process's own channels start; a uuid follows.
-const PROCESS_CHANNEL_PREFIX: &[u8] = b"lock_manager:process:";
+/// What a message tells the waiters of one key.
+#[derive(Debug, PartialEq)]
+pub struct Release<'a> {
+    pub key: &'a [u8],
+    /// The waiter the lock was handed to; empty: "look again, all of you".
+    pub token: &'a [u8],
+    /// Its fencing token; `None` when the counter refused one (the waiter then confirms).
+    pub fencing_token: Option<FencingToken>,
+}
+
+/// A message on a lock's own channel (the key is the channel's): "<token> <fencing token>", or
+/// empty.
+pub fn parse_lock_message<'a>(key: &'a [u8], message: &'a [u8]) -> Release<'a> {
+    let mut words = message.splitn(2, |&byte| byte == b' ');
+    let token = words.next().unwrap_or_default();
+    Release {
+        key,
+        token,
+        fencing_token: words.next().and_then(parse_fencing_token),
+    }
+}
+
+/// A message on a process's own channel: "<token> <fencing token> <key>" (the key may hold
+/// spaces: it comes last).
+pub fn parse_process_message(message: &[u8]) -> Option<Release<'_>> {
+    let mut words = message.splitn(3, |&byte| byte == b' ');
+    let (token, fencing_token, key) = (words.next()?, words.next()?, words.next()?);
+    Some(Release {
+        key,
+        token,
+        fencing_token: parse_fencing_token(fencing_token),
+    })
+}
+
+fn parse_fencing_token(word: &[u8]) -> Option<FencingToken> {
+    std::str::from_utf8(word).ok()?.parse().ok()
+}
 
 struct Shared {
     /// The threads of this process waiting for each lock key.
-    waiters: Mutex<HashMap<Vec<u8>, Vec<Waiting>>>,
+    waiters: Mutex<HashMap<Vec<u8>, Vec<Waiter>>>,
     /// This process's own channel; `None` when the Locker's pattern would cover it (a key
     /// prefix that starts it, such as ""): every process would hear it then.
     channel: Option<Arc<[u8]>>,
@@ -78,33 +114,15 @@ impl Shared {
         refused_at.is_none_or(|at| at.elapsed() >= AFTER_REFUSAL)
     }
 
-    /// Acts on a release of `key`: `message` "<token> <fencing token>" hands the lock to the
-    /// waiter with that token (a fencing token that is not a number: wakes it to look), an
-    /// empty one wakes every waiter of `key`.
-    fn released(&self, key: &[u8], message: &[u8]) {
-        let mut words = message.splitn(2, |&byte| byte == b' ');
-        let token = words.next().unwrap_or_default();
-        self.tell(key, token, words.next());
-    }
-
-    /// Acts on a message on this process's own channel: "<token> <fencing token> <key>".
-    fn handed_over_to_this_process(&self, message: &[u8]) {
-        let mut words = message.splitn(3, |&byte| byte == b' ');
-        if let (Some(token), fencing_token, Some(key)) = (words.next(), words.next(), words.next())
-        {
-            self.tell(key, token, fencing_token);
-        }
-    }
-
-    fn tell(&self, key: &[u8], token: &[u8], fencing_token: Option<&[u8]>) {
-        let fencing_token =
-            fencing_token.and_then(|word| std::str::from_utf8(word).ok()?.parse::<u64>().ok());
+    /// Hands the lock to the waiter the release names (a fencing token that is not a number:
+    /// wakes it to look), or wakes every waiter of the key.
+    fn tell(&self, release: &Release) {
         if let Ok(waiters) = self.waiters.lock() {
-            let to_wake = waiters.get(key).into_iter().flatten();
-            for waiting in to_wake.filter(|w| token.is_empty() || w.token == token) {
-                match fencing_token {
-                    Some(fencing_token) => waiting.waker.hand_over(fencing_token),
-                    None => waiting.waker.wake(),
+            let to_wake = waiters.get(release.key).into_iter().flatten();
+            for waiter in to_wake.filter(|w| release.token.is_empty() || w.token == release.token) {
+                match release.fencing_token {
+                    Some(fencing_token) => waiter.waker.hand_over(fencing_token),
+                    None => waiter.waker.wake(),
                 }
             }
         }
@@ -119,9 +137,8 @@ impl Shared {
 
 pub struct Subscriber {
     client: redis::Client,
+    keys: KeySpace,
     pattern: Vec<u8>,
-    /// The channels the pattern covers start with this.
-    covered: Vec<u8>,
     connect_timeout: Duration,
     /// The listening thread of this process (threads do not survive fork) and its waiters.
     listener: PerProcess<Shared>,
@@ -148,19 +165,11 @@ impl Drop for Registration {
 }
 
 impl Subscriber {
-    pub fn new(client: redis::Client, key_prefix: &[u8], connect_timeout: Duration) -> Self {
-        let mut pattern = CHANNEL_PREFIX.to_vec();
-        for byte in key_prefix {
-            if matches!(byte, b'*' | b'?' | b'[' | b']' | b'\\') {
-                pattern.push(b'\\');
-            }
-            pattern.push(*byte);
-        }
-        pattern.push(b'*');
+    pub fn new(client: redis::Client, keys: &KeySpace, connect_timeout: Duration) -> Self {
         Subscriber {
             client,
-            pattern,
-            covered: [CHANNEL_PREFIX, key_prefix].concat(),
+            keys: keys.clone(),
+            pattern: keys.channel_pattern(),
             connect_timeout,
             listener: PerProcess::new(),
         }
@@ -171,7 +180,7 @@ impl Subscriber {
     pub fn register(&self, key: &[u8], token: &str, waker: &Arc<Waker>) -> Registration {
         let shared = self.this_process();
         if let Ok(mut waiters) = shared.waiters.lock() {
-            waiters.entry(key.to_vec()).or_default().push(Waiting {
+            waiters.entry(key.to_vec()).or_default().push(Waiter {
                 token: token.as_bytes().to_vec(),
                 waker: Arc::clone(waker),
             });
@@ -188,7 +197,7 @@ impl Subscriber {
     /// news to no one here).
     pub fn handed_over_here(&self, key: &[u8], message: &[u8]) {
         if let Some(shared) = self.listener.get() {
-            shared.released(key, message);
+            shared.tell(&parse_lock_message(key, message));
         }
     }
 
@@ -211,7 +220,7 @@ impl Subscriber {
     fn new_own_channel(&self) -> Option<Arc<[u8]>> {
         let uuid = uuid::Uuid::new_v4().to_string();
         let channel = [PROCESS_CHANNEL_PREFIX, uuid.as_bytes()].concat();
-        (!channel.starts_with(&self.covered)).then(|| channel.into())
+        (!self.keys.pattern_covers(&channel)).then(|| channel.into())
     }
 
     /// This process's waiters, starting the listening thread on first use here, and again
@@ -294,10 +303,13 @@ fn listen_once(
         match pubsub.get_message() {
             Ok(message) => {
                 let channel: Vec<u8> = message.get_channel().unwrap_or_default();
+                let payload = message.get_payload_bytes();
                 if shared.channel.as_deref() == Some(channel.as_slice()) {
-                    shared.handed_over_to_this_process(message.get_payload_bytes());
-                } else if let Some(key) = channel.strip_prefix(CHANNEL_PREFIX) {
-                    shared.released(key, message.get_payload_bytes());
+                    if let Some(release) = parse_process_message(payload) {
+                        shared.tell(&release);
+                    }
+                } else if let Some(key) = lock_of_channel(&channel) {
+                    shared.tell(&parse_lock_message(key, payload));
                 }
             }
             // Nothing published for a while, or a stray signal: the reply parser keeps its state.
@@ -333,4 +345,57 @@ fn subscribe(
     };
     on_pattern?;
     Ok(on_own_channel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lock_channel_message_hands_over_or_says_look_again() {
+        assert_eq!(
+            parse_lock_message(b"lock:k", b"tok 1000000000000042"),
+            Release {
+                key: b"lock:k",
+                token: b"tok",
+                fencing_token: Some(1_000_000_000_000_042)
+            }
+        );
+        let look_again = parse_lock_message(b"lock:k", b"");
+        assert!(look_again.token.is_empty() && look_again.fencing_token.is_none());
+        // The counter refused a token: the waiter is woken to confirm.
+        assert_eq!(parse_lock_message(b"k", b"tok -").fencing_token, None);
+    }
+
+    #[test]
+    fn a_process_channel_message_names_the_key_last_spaces_and_all() {
+        let release = parse_process_message(b"tok 7 lock:a key with spaces").unwrap();
+        assert_eq!(release.key, b"lock:a key with spaces");
+        assert_eq!(
+            (release.token, release.fencing_token),
+            (&b"tok"[..], Some(7))
+        );
+        assert_eq!(parse_process_message(b"tok 7"), None);
+    }
+
+    #[test]
+    fn only_the_named_waiter_is_handed_the_lock() {
+        let shared = Shared::new(None);
+        let (mine, other) = (Arc::new(Waker::default()), Arc::new(Waker::default()));
+        if let Ok(mut waiters) = shared.waiters.lock() {
+            let waiter = |token: &[u8], waker: &Arc<Waker>| Waiter {
+                token: token.to_vec(),
+                waker: Arc::clone(waker),
+            };
+            waiters.insert(
+                b"k".to_vec(),
+                vec![waiter(b"a", &mine), waiter(b"b", &other)],
+            );
+        }
+        shared.tell(&parse_lock_message(b"k", b"a 9"));
+        assert_eq!((mine.take_handed(), other.take_handed()), (Some(9), None));
+        assert!(!other.take_woken());
+        shared.tell(&parse_lock_message(b"k", b""));
+        assert!(mine.take_woken() && other.take_woken());
+    }
 }

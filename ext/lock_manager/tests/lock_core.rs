@@ -6,7 +6,9 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use lock_manager::{Claim, Interrupt, LockCore, LockError, LockSettings, PoolSettings};
+use lock_manager::{
+    Claim, Interrupt, LockCore, LockError, LockSettings, PoolSettings, Renewal, Request,
+};
 
 struct RedisServer {
     child: Child,
@@ -94,9 +96,13 @@ fn claim<'a>(key: &'a [u8], token: &'a str, ttl_ms: u64, limit: u32) -> Claim<'a
     Claim {
         key,
         token,
-        ttl_ms,
-        limit,
-        fair: false,
+        request: Request {
+            ttl_ms,
+            wait: None,
+            limit,
+            fair: false,
+            renewal: Renewal::Off,
+        },
     }
 }
 

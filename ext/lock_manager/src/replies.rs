@@ -1,0 +1,236 @@
+//! What Redis's replies and I/O errors mean for the lock core: which errors a fresh connection
+//! may cure, which are Ruby's interrupts, which refusals the user must act on. Pure functions of
+//! the error or reply, so that each rule is tested without a Redis.
+
+use std::time::Duration;
+
+use redis::RedisError;
+
+use crate::error::LockError;
+
+/// A fencing token: a number, issued with each acquisition, that only grows for a key.
+pub type FencingToken = u64;
+
+/// Why a round trip failed, as far as the connection is concerned.
+#[derive(Debug)]
+pub enum Failure {
+    /// The connection died (reset, EOF, broken pipe): a fresh one may well work.
+    Dropped(RedisError),
+    /// A signal that was not for us (SIGCHLD from any child process, say: Ruby's handlers do
+    /// not restart system calls) cut a command that is safe to repeat short: worth retrying on a
+    /// fresh connection.
+    Signalled(RedisError),
+    /// Ruby interrupted the thread mid-command.
+    Interrupted,
+    /// No usable answer: timeout, garbled reply. Whether the command ran is unknown.
+    Unusable(RedisError),
+    /// Redis answered with an error reply; the connection itself is fine.
+    Refused(RedisError),
+}
+
+impl Failure {
+    /// Whether the connection can serve the next caller.
+    pub fn keeps_connection(&self) -> bool {
+        matches!(self, Failure::Refused(_))
+    }
+}
+
+/// `undoable`: the command has an undo (an acquire). Cut short by any signal, it is undone and
+/// handed back to Ruby, which resumes it with a new token: retried with the same token on another
+/// connection, it could be overtaken by its own late undo. `to_ruby`: the thread takes signals to
+/// Ruby (see `Interrupt::takes_signals_to_ruby`).
+pub fn classify(error: RedisError, undoable: bool, to_ruby: bool) -> Failure {
+    let signalled = is_signalled(&error);
+    if signalled && (undoable || to_ruby) {
+        Failure::Interrupted
+    } else if signalled {
+        Failure::Signalled(error)
+    } else if error.is_timeout() {
+        Failure::Unusable(error)
+    } else if error.is_connection_dropped() {
+        Failure::Dropped(error)
+    } else if error.is_io_error() || error.kind() == redis::ErrorKind::Parse {
+        Failure::Unusable(error)
+    } else {
+        Failure::Refused(error)
+    }
+}
+
+/// True when a system call returned EINTR: a signal arrived while we waited for Redis.
+/// redis-rs keeps the `io::Error` behind an `Arc<dyn Error>` that cannot be downcast, so this
+/// reads std's stable rendering of OS errors, "... (os error N)".
+pub fn is_signalled(error: &RedisError) -> bool {
+    error.is_io_error()
+        && error
+            .to_string()
+            .ends_with(&format!("(os error {})", libc::EINTR))
+}
+
+/// Redis refused our credentials (at connect, or in a reply).
+pub fn is_authentication(error: &RedisError) -> bool {
+    error.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(error.code(), Some("WRONGPASS" | "NOAUTH"))
+}
+
+/// An ACL refusal: NOPERM, or the ERR a script gets for a command its user may not run.
+fn is_permission(error: &RedisError) -> bool {
+    error.code() == Some("NOPERM")
+        || error
+            .to_string()
+            .contains("The user executing the script can't")
+}
+
+/// Redis refused the credentials, or what the user may touch (an ACL): asking again won't help.
+pub fn is_refused_access(error: &RedisError) -> bool {
+    is_authentication(error) || is_permission(error)
+}
+
+/// An error reply, by its code: each kind the caller can act on has its own error.
+pub fn refusal(addr: &str, error: &RedisError) -> LockError {
+    let (addr, reply) = (addr.to_owned(), error.to_string());
+    if is_authentication(error) {
+        LockError::Authentication { addr, cause: reply }
+    } else if is_permission(error) {
+        LockError::Permission { addr, reply }
+    } else if error.code() == Some("OOM") {
+        LockError::OutOfMemory { addr, reply }
+    } else {
+        LockError::Server { addr, reply }
+    }
+}
+
+/// What one attempt found.
+#[derive(Debug, PartialEq)]
+pub enum Attempt {
+    Acquired(FencingToken),
+    /// Held by others; `retry_in` is when it expires on its own, when Redis said.
+    Held {
+        retry_in: Option<Duration>,
+    },
+}
+
+/// The reply of the queue and semaphore scripts: `{1, fencing token}` acquired; `{0, ms}` held,
+/// expiring on its own in `ms` (negative: unknown).
+pub fn attempt_from(reply: &[i64]) -> Attempt {
+    match reply {
+        [1, fencing_token, ..] => Attempt::Acquired(*fencing_token as FencingToken),
+        [_, ms, ..] if *ms >= 0 => Attempt::Held {
+            retry_in: Some(Duration::from_millis(*ms as u64 + 1)),
+        },
+        _ => Attempt::Held { retry_in: None },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::ErrorKind;
+
+    /// An error reply, as redis-rs parses one off the wire.
+    fn reply(text: &str) -> RedisError {
+        let value = redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).unwrap();
+        value.extract_error().expect_err("an error reply")
+    }
+
+    fn io(kind: std::io::ErrorKind, os: Option<i32>) -> RedisError {
+        let error = match os {
+            Some(code) => std::io::Error::from_raw_os_error(code),
+            None => std::io::Error::from(kind),
+        };
+        RedisError::from(error)
+    }
+
+    #[test]
+    fn error_replies_become_the_error_a_user_acts_on() {
+        let kinds = [
+            ("WRONGPASS invalid username-password pair", "Authentication"),
+            ("NOAUTH Authentication required.", "Authentication"),
+            (
+                "NOPERM User x has no permissions to access the 'k' key",
+                "Permission",
+            ),
+            (
+                "ERR The user executing the script can't run this command or subcommand",
+                "Permission",
+            ),
+            (
+                "OOM command not allowed when used memory > 'maxmemory'.",
+                "OutOfMemory",
+            ),
+            (
+                "WRONGTYPE Operation against a key holding the wrong kind of value",
+                "Server",
+            ),
+        ];
+        for (text, expected) in kinds {
+            let error = refusal("127.0.0.1:1", &reply(text));
+            let name = format!("{error:?}");
+            assert!(name.starts_with(expected), "{text} -> {name}");
+            assert!(error.to_string().contains("127.0.0.1:1"), "{error}");
+        }
+    }
+
+    #[test]
+    fn refused_access_is_credentials_or_acl_and_nothing_else() {
+        assert!(is_refused_access(&reply("WRONGPASS nope")));
+        assert!(is_refused_access(&reply("NOPERM nope")));
+        assert!(!is_refused_access(&reply("OOM full")));
+        assert!(!is_refused_access(&io(
+            std::io::ErrorKind::ConnectionRefused,
+            None
+        )));
+    }
+
+    #[test]
+    fn eintr_is_a_signal_and_goes_to_ruby_only_when_it_must() {
+        let eintr = || io(std::io::ErrorKind::Interrupted, Some(libc::EINTR));
+        assert!(is_signalled(&eintr()));
+        assert!(matches!(
+            classify(eintr(), false, false),
+            Failure::Signalled(_)
+        ));
+        assert!(matches!(
+            classify(eintr(), true, false),
+            Failure::Interrupted
+        ));
+        assert!(matches!(
+            classify(eintr(), false, true),
+            Failure::Interrupted
+        ));
+        assert!(!is_signalled(&io(
+            std::io::ErrorKind::ConnectionReset,
+            Some(libc::ECONNRESET)
+        )));
+    }
+
+    #[test]
+    fn dropped_connections_timeouts_and_refusals_are_told_apart() {
+        let reset = io(std::io::ErrorKind::ConnectionReset, None);
+        assert!(matches!(classify(reset, false, false), Failure::Dropped(_)));
+        let eof = io(std::io::ErrorKind::UnexpectedEof, None);
+        assert!(matches!(classify(eof, false, false), Failure::Dropped(_)));
+        let timeout = io(std::io::ErrorKind::WouldBlock, None);
+        assert!(matches!(
+            classify(timeout, true, false),
+            Failure::Unusable(_)
+        ));
+        let refused = classify(reply("WRONGTYPE x"), true, true);
+        assert!(matches!(refused, Failure::Refused(_)) && refused.keeps_connection());
+        let parse = RedisError::from((ErrorKind::Parse, "garbled"));
+        assert!(matches!(
+            classify(parse, false, false),
+            Failure::Unusable(_)
+        ));
+    }
+
+    #[test]
+    fn script_replies_say_taken_or_when_to_look_again() {
+        assert_eq!(attempt_from(&[1, 42]), Attempt::Acquired(42));
+        let held = Attempt::Held {
+            retry_in: Some(Duration::from_millis(251)),
+        };
+        assert_eq!(attempt_from(&[0, 250]), held);
+        assert_eq!(attempt_from(&[0, -2]), Attempt::Held { retry_in: None });
+        assert_eq!(attempt_from(&[]), Attempt::Held { retry_in: None });
+    }
+}

@@ -1,0 +1,269 @@
+//! `LockManager::Native::Locker`: the object a Ruby `LockManager::Locker` holds, around one
+//! `LockCore` (one pool, one key prefix).
+//!
+//! Arguments arrive checked and converted by the Ruby layer (`lib/lock_manager/arguments.rb`);
+//! every Redis round trip and every wait runs without the GVL.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use magnus::{
+    function, method, prelude::*, Error, Integer, IntoValue, RModule, RString, Ruby, Value,
+};
+
+use crate::error::LockError;
+use crate::gvl::{self, Interrupt};
+use crate::lock::Lock;
+use crate::lock_core::{Acquisition, Claim, LockCore, LockSettings};
+use crate::pool::PoolSettings;
+use crate::request::{wait_from_seconds, Renewal, Request};
+use crate::ruby::errors;
+use crate::ruby::lock::NativeLock;
+
+#[magnus::wrap(class = "LockManager::Native::Locker", free_immediately, size)]
+pub struct NativeLocker {
+    core: Arc<LockCore>,
+}
+
+pub fn init(ruby: &Ruby, native: RModule) -> Result<(), Error> {
+    let class = native.define_class("Locker", ruby.class_object())?;
+    class.define_singleton_method("new", function!(NativeLocker::new, 7))?;
+    class.define_method("synchronize", method!(NativeLocker::synchronize, 6))?;
+    class.define_method("lock", method!(NativeLocker::lock, 5))?;
+    class.define_method("locked?", method!(NativeLocker::is_locked, 1))?;
+    class.define_method("pool_state", method!(NativeLocker::pool_state, 0))?;
+    Ok(())
+}
+
+/// What `synchronize` did, as Ruby receives it: nil (taken by another; the block did not run),
+/// true (released after the block), false (lost while the block ran), or `[held, problem]` when
+/// the release after the block failed (the lock then expires by its TTL).
+pub enum Outcome {
+    Taken,
+    Released { held: bool },
+    ReleaseFailed { held: bool, problem: String },
+}
+
+impl IntoValue for Outcome {
+    fn into_value_with(self, ruby: &Ruby) -> Value {
+        match self {
+            Outcome::Taken => ruby.qnil().as_value(),
+            Outcome::Released { held } => held.into_value_with(ruby),
+            Outcome::ReleaseFailed { held, problem } => (held, problem).into_value_with(ruby),
+        }
+    }
+}
+
+impl NativeLocker {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        ruby: &Ruby,
+        redis_url: String,
+        pool_size: u32,
+        pool_timeout: f64,
+        connect_timeout: f64,
+        read_timeout: f64,
+        retry_interval: f64,
+        key_prefix: RString,
+    ) -> Result<NativeLocker, Error> {
+        let seconds = |name: &str, value: f64| {
+            Duration::try_from_secs_f64(value)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    LockError::Argument(format!("{name} must be a positive number of seconds"))
+                })
+        };
+        let settings = (|| {
+            if pool_size == 0 {
+                return Err(LockError::Argument("pool_size must be at least 1".into()));
+            }
+            Ok(LockSettings {
+                pool: PoolSettings {
+                    redis_url,
+                    pool_size,
+                    pool_timeout: seconds("pool_timeout", pool_timeout)?,
+                    connect_timeout: seconds("connect_timeout", connect_timeout)?,
+                    read_timeout: seconds("read_timeout", read_timeout)?,
+                },
+                key_prefix: copy_bytes(key_prefix),
+                retry_interval: seconds("retry_interval", retry_interval)?,
+            })
+        })();
+        settings
+            .and_then(LockCore::new)
+            .map(|core| NativeLocker {
+                core: Arc::new(core),
+            })
+            .map_err(|e| errors::unkeyed(ruby, e))
+    }
+
+    /// Runs the block while holding the lock (see `Outcome`). The block receives the fencing
+    /// token, and the lock itself when it is renewed (nil otherwise): its `lost?` turns true as
+    /// soon as the renewal finds out. `wait`: seconds, or nil for one attempt. `renewal`: false,
+    /// true (until released) or the cap in ms. (Ruby's arguments, positional to spare a Hash per
+    /// call, become one `Request` on the first line.)
+    #[allow(clippy::too_many_arguments)]
+    fn synchronize(
+        ruby: &Ruby,
+        rb_self: &Self,
+        key: RString,
+        ttl_ms: u64,
+        wait: Option<f64>,
+        limit: u32,
+        fair: bool,
+        renewal: Value,
+    ) -> Result<Outcome, Error> {
+        let request = request(ttl_ms, wait, limit, fair, renewal)?;
+        let Some((token, acquired)) = acquire(ruby, &rb_self.core, key, &request)? else {
+            return Ok(Outcome::Taken);
+        };
+        let lock = Lock::new(&rb_self.core, copy_bytes(key), token, acquired, request);
+        let fencing_token = lock.fencing_token();
+        // Released whatever the block did; the Ruby layer rescues the block's exceptions to
+        // re-raise them after it has seen this outcome (throw, break and Thread#kill pass).
+        if !request.renewal.is_on() {
+            let ran = ruby.yield_values::<_, Value>((fencing_token, ruby.qnil()));
+            let outcome = finish(&lock);
+            return ran.map(|_| outcome);
+        }
+        let shown = ruby.obj_wrap(NativeLock::from(lock));
+        let ran = ruby.yield_values::<_, Value>((fencing_token, shown));
+        let outcome = finish(shown.held());
+        ran.map(|_| outcome)
+    }
+
+    /// A lock handle: one attempt (`wait` nil: nil when taken), or waiting up to `wait` seconds
+    /// (raises LockNotAcquired).
+    fn lock(
+        ruby: &Ruby,
+        rb_self: &Self,
+        key: RString,
+        ttl_ms: u64,
+        wait: Option<f64>,
+        fair: bool,
+        renewal: Value,
+    ) -> Result<Option<NativeLock>, Error> {
+        let request = request(ttl_ms, wait, 1, fair, renewal)?;
+        let Some((token, acquired)) = acquire(ruby, &rb_self.core, key, &request)? else {
+            return Ok(None);
+        };
+        let lock = Lock::new(&rb_self.core, copy_bytes(key), token, acquired, request);
+        // An interrupt already pending would raise as soon as we return: release first, so the
+        // exception does not leak the lock.
+        if let Err(interrupt) = ruby.thread_check_ints() {
+            let _ = gvl::without_gvl_to_completion(|i| lock.release(i));
+            return Err(interrupt);
+        }
+        Ok(Some(NativeLock::from(lock)))
+    }
+
+    fn is_locked(ruby: &Ruby, rb_self: &Self, key: RString) -> Result<bool, Error> {
+        let key_bytes = copy_bytes(key);
+        let to_ruby = |e| errors::for_key(ruby, e, key);
+        blocking(ruby, to_ruby, |i| rb_self.core.locked(&key_bytes, i))
+    }
+
+    /// `[open, idle]` connections of this process's pool: for leak checks.
+    fn pool_state(&self) -> (u32, u32) {
+        self.core.pool().state()
+    }
+}
+
+/// The request of one lock call, from what Ruby passes.
+fn request(
+    ttl_ms: u64,
+    wait: Option<f64>,
+    limit: u32,
+    fair: bool,
+    renewal: Value,
+) -> Result<Request, Error> {
+    let renewal = match Integer::from_value(renewal) {
+        Some(cap_ms) => Renewal::Capped(Duration::from_millis(cap_ms.to_u64()?)),
+        None if renewal.to_bool() => Renewal::UntilReleased,
+        None => Renewal::Off,
+    };
+    Ok(Request {
+        ttl_ms,
+        wait: wait.map(wait_from_seconds),
+        limit: limit.max(1),
+        fair,
+        renewal,
+    })
+}
+
+/// Releases the lock after its block; whether it was held to the end. A release that fails
+/// cannot change what the block did: it comes back for the Ruby layer to log, never raised over
+/// the block's own outcome.
+fn finish(lock: &Lock) -> Outcome {
+    lock.stop_renewal();
+    let released = gvl::without_gvl_to_completion(|i| lock.release(i));
+    let lost_by_renewal = lock.is_lost();
+    match released {
+        Ok(held) => Outcome::Released {
+            held: held && !lost_by_renewal,
+        },
+        Err(error) => Outcome::ReleaseFailed {
+            held: !lost_by_renewal, // otherwise unknown: the lock expires by its TTL
+            problem: format!("{error}; the lock expires after its timeout"),
+        },
+    }
+}
+
+/// Acquires `key` for `request`: once (no wait: `None` when taken) or waiting until its
+/// deadline. Each attempt after a Ruby interrupt that raised nothing (Thread#wakeup) gets a fresh
+/// token: the undo of an attempt cut short may still reach Redis, and must not release a later
+/// one. Returns the token and the acquisition.
+fn acquire(
+    ruby: &Ruby,
+    core: &LockCore,
+    key: RString,
+    request: &Request,
+) -> Result<Option<(String, Acquisition)>, Error> {
+    let key_bytes = copy_bytes(key);
+    let started = Instant::now();
+    let deadline = request.deadline(started);
+    let mut token = String::new();
+    let to_ruby = |e| errors::for_key(ruby, e, key);
+    let acquired = blocking(ruby, to_ruby, |interrupt| {
+        token = new_token();
+        let claim = Claim {
+            key: &key_bytes,
+            token: &token,
+            request: *request,
+        };
+        match deadline {
+            None => core
+                .try_acquire(&claim, interrupt)
+                .map(|taken| taken.map(Acquisition::for_claimed_ttl)),
+            Some(deadline) => core
+                .acquire_until(&claim, started, deadline, interrupt)
+                .map(Some),
+        }
+    })?;
+    Ok(acquired.map(|acquired| (token, acquired)))
+}
+
+/// Runs `work` without the GVL until it finishes. When Ruby interrupts it, Ruby's own exception
+/// (Timeout::Error, Interrupt, a kill) is raised here, after Rust cleaned up; an interrupt that
+/// raises nothing (Thread#wakeup) lets the work resume. Other errors become `to_ruby`'s.
+pub fn blocking<R>(
+    ruby: &Ruby,
+    to_ruby: impl FnOnce(LockError) -> Error,
+    mut work: impl FnMut(&Interrupt) -> Result<R, LockError>,
+) -> Result<R, Error> {
+    loop {
+        match gvl::without_gvl(|interrupt| work(interrupt)) {
+            Err(LockError::Interrupted) => ruby.thread_check_ints()?,
+            outcome => return outcome.map_err(to_ruby),
+        }
+    }
+}
+
+fn copy_bytes(key: RString) -> Vec<u8> {
+    unsafe { key.as_slice() }.to_vec()
+}
+
+fn new_token() -> String {
+    uuid::Uuid::new_v4().hyphenated().to_string()
+}
