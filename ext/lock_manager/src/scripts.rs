@@ -161,41 +161,24 @@ pub fn acquire(
     }
 }
 
-/// See `lua/acquire.lua`.
-pub static ACQUIRE: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(&[TIME, FENCING, include_str!("lua/acquire.lua")]));
+/// A script of `lua/`, built on first use from its helpers and its file.
+macro_rules! script {
+    ($name:ident, [$($helper:expr),*], $file:literal) => {
+        #[doc = concat!("See `lua/", $file, "`.")]
+        pub static $name: LazyLock<LuaScript> =
+            LazyLock::new(|| LuaScript::new(&[$($helper,)* include_str!(concat!("lua/", $file))]));
+    };
+}
 
-/// See `lua/seed.lua`.
-pub static SEED: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(&[TIME, FENCING, include_str!("lua/seed.lua")]));
-
-/// See `lua/wait.lua`.
-pub static WAIT: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(&[QUEUE, include_str!("lua/wait.lua")]));
-
-/// See `lua/release.lua`.
-pub static RELEASE: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(&[QUEUE, include_str!("lua/release.lua")]));
-
-/// See `lua/leave.lua`.
-pub static LEAVE: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(&[QUEUE, include_str!("lua/leave.lua")]));
-
-/// See `lua/refresh.lua`.
-pub static REFRESH: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(&[include_str!("lua/refresh.lua")]));
-
-/// See `lua/acquire_shared.lua`.
-pub static ACQUIRE_SHARED: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(&[TIME, FENCING, include_str!("lua/acquire_shared.lua")]));
-
-/// See `lua/refresh_shared.lua`.
-pub static REFRESH_SHARED: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(&[TIME, include_str!("lua/refresh_shared.lua")]));
-
-/// See `lua/release_shared.lua`.
-pub static RELEASE_SHARED: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(&[PUBLISH, include_str!("lua/release_shared.lua")]));
+script!(ACQUIRE, [TIME, FENCING], "acquire.lua");
+script!(SEED, [TIME, FENCING], "seed.lua");
+script!(WAIT, [QUEUE], "wait.lua");
+script!(RELEASE, [QUEUE], "release.lua");
+script!(LEAVE, [QUEUE], "leave.lua");
+script!(REFRESH, [], "refresh.lua");
+script!(ACQUIRE_SHARED, [TIME, FENCING], "acquire_shared.lua");
+script!(REFRESH_SHARED, [TIME], "refresh_shared.lua");
+script!(RELEASE_SHARED, [PUBLISH], "release_shared.lua");
 
 #[cfg(test)]
 mod tests {

@@ -115,10 +115,11 @@ impl NativeLocker {
         renewal: Value,
     ) -> Result<Outcome, Error> {
         let request = request(ttl_ms, wait, limit, fair, renewal)?;
-        let Some((token, acquired)) = acquire(ruby, &rb_self.core, key, &request)? else {
+        let Some((key_bytes, token, acquired)) = acquire(ruby, &rb_self.core, key, &request)?
+        else {
             return Ok(Outcome::Taken);
         };
-        let lock = Lock::new(&rb_self.core, copy_bytes(key), token, acquired, request);
+        let lock = Lock::new(&rb_self.core, key_bytes, token, acquired, request);
         let fencing_token = lock.fencing_token();
         // Released whatever the block did; the Ruby layer rescues the block's exceptions to
         // re-raise them after it has seen this outcome (throw, break and Thread#kill pass).
@@ -145,10 +146,11 @@ impl NativeLocker {
         renewal: Value,
     ) -> Result<Option<NativeLock>, Error> {
         let request = request(ttl_ms, wait, 1, fair, renewal)?;
-        let Some((token, acquired)) = acquire(ruby, &rb_self.core, key, &request)? else {
+        let Some((key_bytes, token, acquired)) = acquire(ruby, &rb_self.core, key, &request)?
+        else {
             return Ok(None);
         };
-        let lock = Lock::new(&rb_self.core, copy_bytes(key), token, acquired, request);
+        let lock = Lock::new(&rb_self.core, key_bytes, token, acquired, request);
         // An interrupt already pending would raise as soon as we return: release first, so the
         // exception does not leak the lock.
         if let Err(interrupt) = ruby.thread_check_ints() {
@@ -213,13 +215,13 @@ fn finish(lock: &Lock) -> Outcome {
 /// Acquires `key` for `request`: once (no wait: `None` when taken) or waiting until its
 /// deadline. Each attempt after a Ruby interrupt that raised nothing (Thread#wakeup) gets a fresh
 /// token: the undo of an attempt cut short may still reach Redis, and must not release a later
-/// one. Returns the token and the acquisition.
+/// one. Returns the key's bytes, the token and the acquisition.
 fn acquire(
     ruby: &Ruby,
     core: &LockCore,
     key: RString,
     request: &Request,
-) -> Result<Option<(String, Acquisition)>, Error> {
+) -> Result<Option<(Vec<u8>, String, Acquisition)>, Error> {
     let key_bytes = copy_bytes(key);
     let started = Instant::now();
     let deadline = request.deadline(started);
@@ -241,7 +243,7 @@ fn acquire(
                 .map(Some),
         }
     })?;
-    Ok(acquired.map(|acquired| (token, acquired)))
+    Ok(acquired.map(|acquired| (key_bytes, token, acquired)))
 }
 
 /// Runs `work` without the GVL until it finishes. When Ruby interrupts it, Ruby's own exception
