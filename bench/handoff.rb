@@ -234,7 +234,7 @@ end
 # @return [Array<Integer>] their pids
 def start_listeners(locker, redis, key)
   pids = Array.new(LISTENERS) { Bench.fork_reporting { locker.blocking_lock(key, timeout: 600) {} }[0] }
-  sleep 0.01 until redis.zcard("#{locker.settings[:key_prefix]}#{key}:queue") == LISTENERS
+  sleep 0.01 until redis.zcard(KeySlots.queue_key("#{locker.settings[:key_prefix]}#{key}")) == LISTENERS
   sleep 0.6 # past the first subscriber's start: every listener has re-queued since
   pids
 end

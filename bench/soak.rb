@@ -16,8 +16,8 @@
 # out-of-order token; the higher one is kept); on leaving, DECR soak:inside.
 #
 # At the end, one line: acquisitions, blocking_lock's wait (call to block entry, p50/p99),
-# overlaps, out-of-order fencing tokens, leaked locks (the lock key, its :queue or its :waiters
-# still there once every process is done; the fencing counter stays by design), leaked
+# overlaps, out-of-order fencing tokens, leaked locks (the lock key, its queue or its waiters
+# still there once every process is done; the fencing counters stay by design), leaked
 # connections (per process: pooled connections not idle, or connections of the process that the
 # pool does not account for; then any connection of a finished process still on the server),
 # unfinished processes (hung or crashed), and errors (every exception, with the first message).
@@ -38,8 +38,7 @@ OPTIONS = [{ fair: false, renew: false }, { fair: true, renew: false }, # by thr
 GRACE = TIMEOUT + 30 # how long after the end a process may take to finish before it counts as hung
 PREFIX = "soak:lock:"
 KEY = "one"
-FENCING_COUNTER = "#{PREFIX}lock_manager:fencing_token".freeze
-LOCK_KEYS = ["#{PREFIX}#{KEY}", "#{PREFIX}#{KEY}:queue", "#{PREFIX}#{KEY}:waiters"].freeze
+LOCK_KEYS = ["#{PREFIX}#{KEY}", KeySlots.queue_key("#{PREFIX}#{KEY}"), KeySlots.waiters_key("#{PREFIX}#{KEY}")].freeze
 INSIDE = "soak:inside"
 MARKS = [INSIDE, "soak:last_token", "soak:entries", "soak:overlaps", "soak:out_of_order", "soak:holder",
          "soak:first_problem"].freeze
@@ -246,7 +245,7 @@ end
 
 # The lock's keys still there (the fencing counter stays by design), and anything else under PREFIX.
 def leftover_keys(redis)
-  (LOCK_KEYS.select { |key| redis.exists?(key) } + redis.keys("#{PREFIX}*")).uniq - [FENCING_COUNTER]
+  (LOCK_KEYS.select { |key| redis.exists?(key) } + redis.keys("#{PREFIX}*")).uniq
 end
 
 server = RedisServer.new(own_session: true).start

@@ -6,6 +6,7 @@ require "open3"
 require "rbconfig"
 require_relative "../lib/lock_manager"
 require_relative "../spec/support/redis_server"
+require_relative "../spec/support/key_slots"
 
 $stdout.sync = true # keep what was printed if Ruby crashes
 Thread.report_on_exception = false # a worker's exception surfaces through Thread#value

@@ -6,6 +6,7 @@ require_relative "lock_manager/arguments"
 require_relative "lock_manager/configuration"
 require_relative "lock_manager/result"
 require_relative "lock_manager/lock"
+require_relative "lock_manager/reports"
 # The native library defines LockManager::Native and looks up the error classes above.
 require "lock_manager/lock_manager"
 require_relative "lock_manager/locker"

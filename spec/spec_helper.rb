@@ -3,6 +3,7 @@
 require "securerandom"
 require "timeout"
 require_relative "support/redis_server"
+require_relative "support/key_slots"
 require_relative "support/helpers"
 
 # The suite's own redis-server (REDIS_URL points it at another one: then keys are isolated by

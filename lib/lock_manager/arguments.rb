@@ -4,9 +4,13 @@ module LockManager
   # Checks made before anything reaches Redis; each failure names the argument.
   module Arguments
     REDIS_SCHEMES = %w[redis rediss unix].freeze
-    # Redis keeps PX in a signed 64-bit integer of milliseconds.
-    MAX_MILLISECONDS = (2**62) - 1
+    # The longest time the gem can honour: scripts add milliseconds to Redis's clock in doubles,
+    # exact up to 2**53 (2**52 ms is about 142,000 years).
+    MAX_MILLISECONDS = 2**52
     MAX_WHOLE_SECONDS = MAX_MILLISECONDS / 1000
+    # `limit` travels as an unsigned 32-bit number; a pool holds at most this many connections.
+    MAX_LIMIT = (2**32) - 1
+    MAX_POOL_SIZE = 65_535
     BOOLEANS = [true, false].freeze
 
     module_function
@@ -21,14 +25,14 @@ module LockManager
       key
     end
 
-    # @param value [Integer, Float, ActiveSupport::Duration] (Rails' `10.seconds` works too)
-    # @return [Numeric] a positive, finite number of seconds
+    # @param value [Integer, Float, Rational, ActiveSupport::Duration] (Rails' `10.seconds` too)
+    # @return [Numeric] a positive, finite number of seconds, at most MAX_WHOLE_SECONDS
     def seconds(value, name)
       value = value.to_f if duration?(value)
-      unless (value.is_a?(Integer) || value.is_a?(Float)) && value.positive? && value.finite?
-        raise ArgumentError, "#{name} must be a positive, finite number of seconds, got #{value.inspect}"
+      unless real?(value) && value.positive? && value.finite? && value * 1000 <= MAX_MILLISECONDS
+        raise ArgumentError, "#{name} must be a positive number of seconds up to #{MAX_WHOLE_SECONDS}, " \
+                             "got #{value.inspect}"
       end
-      raise ArgumentError, "#{name} is too large: #{value.inspect}" if value * 1000 > MAX_MILLISECONDS
 
       value
     end
@@ -45,18 +49,23 @@ module LockManager
       [(seconds(value, name) * 1000).ceil, 1].max
     end
 
+    def real?(value)
+      value.is_a?(Integer) || value.is_a?(Float) || value.is_a?(Rational)
+    end
+
     # ActiveSupport::Duration, recognised without depending on ActiveSupport.
     def duration?(value)
       defined?(ActiveSupport::Duration) && value.is_a?(ActiveSupport::Duration)
     end
 
-    def positive_integer(value, name)
-      unless value.is_a?(Integer) && value >= 1
-        raise ArgumentError,
-              "#{name} must be an Integer of at least 1, got #{value.inspect}"
-      end
+    def positive_integer(value, name, max: MAX_LIMIT)
+      return value if value.is_a?(Integer) && value >= 1 && value <= max
 
-      value
+      raise ArgumentError, "#{name} must be an Integer from 1 to #{max}, got #{value.inspect}"
+    end
+
+    def pool_size(value, name)
+      positive_integer(value, name, max: MAX_POOL_SIZE)
     end
 
     def boolean(value, name)
@@ -87,6 +96,14 @@ module LockManager
 
     def string(value, name)
       raise ArgumentError, "#{name} must be a String, got #{value.inspect}" unless value.is_a?(String)
+
+      value
+    end
+
+    # A prefix every lock key starts with; it must keep them apart from the gem's own keys.
+    def key_prefix(value, name = :key_prefix)
+      problem = Native.key_prefix_problem(string(value, name))
+      raise ArgumentError, problem if problem
 
       value
     end

@@ -50,7 +50,7 @@ module LockManager
 
     # How each setting is checked (see Arguments).
     CHECKS = {
-      redis_url: :redis_url, pool_size: :positive_integer, pool_timeout: :seconds, key_prefix: :string,
+      redis_url: :redis_url, pool_size: :pool_size, pool_timeout: :seconds, key_prefix: :key_prefix,
       connect_timeout: :seconds, read_timeout: :seconds, retry_interval: :seconds, fair: :boolean,
       on_lost: :on_lost, renew: :boolean, max_hold: :optional_seconds
     }.freeze

@@ -21,12 +21,32 @@ module LockManager
     end
   end
 
+  # The calling thread already holds this plain lock through this Locker: waiting would wait for
+  # itself. (A `limit: N` semaphore may be taken twice: each acquisition is a permit.)
+  class AlreadyHeld < Error; end
+
   # Redis is unreachable or reset the connection.
   class ConnectionError < Error; end
 
   # Redis did not answer within read_timeout. Whether the command ran is unknown: an acquire
   # that timed out is undone (compare-and-delete with its token) before this is raised.
   class TimeoutError < ConnectionError; end
+
+  # Redis answered as a replica, not the primary (READONLY), or as a replica that lost its primary
+  # (MASTERDOWN): redis_url names the wrong server, or a failover is under way.
+  class ReadOnlyError < ConnectionError; end
+
+  # Redis is loading its data set after a restart (LOADING).
+  class LoadingError < ConnectionError; end
+
+  # The Redis Cluster cannot serve the key's slot now (CLUSTERDOWN, TRYAGAIN).
+  class ClusterDownError < ConnectionError; end
+
+  # Redis has as many clients as its maxclients allows.
+  class TooManyClientsError < ConnectionError; end
+
+  # redis_url names a Redis Cluster node (MOVED, ASK, CROSSSLOT).
+  class ClusterError < Error; end
 
   # Redis refused the credentials of redis_url (WRONGPASS, NOAUTH). Not retried.
   class AuthenticationError < Error; end

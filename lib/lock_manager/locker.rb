@@ -57,6 +57,7 @@ module LockManager
     def try_lock(key, timeout: DEFAULT_TIMEOUT, renew: renew?, max_hold: nil)
       key = Arguments.key(key).dup.freeze # the Lock keeps it: the caller may change theirs
       native = @native.lock(key, Arguments.milliseconds(timeout, :timeout), nil, false, renewal(renew, max_hold))
+      check_eviction_policy unless @eviction_policy_checked
       native && Lock.new(key, native)
     end
 
@@ -65,7 +66,9 @@ module LockManager
     def lock(key, timeout: DEFAULT_TIMEOUT, fair: fair?, renew: renew?, max_hold: nil)
       key = Arguments.key(key).dup.freeze # the Lock keeps it: the caller may change theirs
       ttl = Arguments.milliseconds(timeout, :timeout)
-      Lock.new(key, @native.lock(key, ttl, ttl / 1000.0, Arguments.boolean(fair, :fair), renewal(renew, max_hold)))
+      native = @native.lock(key, ttl, ttl / 1000.0, Arguments.boolean(fair, :fair), renewal(renew, max_hold))
+      check_eviction_policy unless @eviction_policy_checked
+      Lock.new(key, native)
     end
 
     # @return [Boolean] whether blocking waits are fair unless told otherwise
@@ -106,17 +109,18 @@ module LockManager
       raise ArgumentError, "a block is required" unless block_given?
 
       ttl = Arguments.milliseconds(timeout, :timeout)
-      run_locked(Arguments.key(key), ttl, Arguments.positive_integer(limit, :limit),
-                 wait: wait ? ttl / 1000.0 : nil, fair: Arguments.boolean(fair, :fair),
-                 renewal: renewal(renew, max_hold), &block)
+      result = run_locked(Arguments.key(key), ttl, Arguments.positive_integer(limit, :limit),
+                          wait: wait ? ttl / 1000.0 : nil, fair: Arguments.boolean(fair, :fair),
+                          renewal: renewal(renew, max_hold), &block)
+      check_eviction_policy unless @eviction_policy_checked
+      result
     end
 
     # Runs the block under the lock; a lock lost meanwhile, or not released, is reported.
     def run_locked(key, ttl, limit, wait:, fair:, renewal:, &block)
-      result = started = raised = nil
+      result = raised = nil
       outcome = @native.synchronize(key, ttl, wait, limit, fair, renewal) do |fencing_token, lock|
         result = Result.new(true, fencing_token: fencing_token, lock: lock)
-        started = monotonic
         result.yield_to(&block)
       rescue Exception => e # rubocop:disable Lint/RescueException -- re-raised once the lock is released
         raised = e
@@ -124,7 +128,7 @@ module LockManager
       return if outcome.nil?
 
       held = held_to_the_end?(key, outcome, raised)
-      lost(key, result.result, ran_for: monotonic - started, ttl: ttl, renewal: renewal) unless held
+      Reports.lost(key, result, ttl: ttl, renewal: renewal, on_lost: @settings[:on_lost]) unless held
       result.finish(lost: !held)
     end
 
@@ -134,7 +138,7 @@ module LockManager
     def held_to_the_end?(key, outcome, raised)
       if outcome.is_a?(Array)
         held, problem = outcome
-        LockManager.logger&.warn("lock #{key.inspect}: #{problem}")
+        Reports.release_failed(key, problem)
       else
         held = outcome
       end
@@ -143,20 +147,16 @@ module LockManager
       held
     end
 
-    def lost(key, value, ran_for:, ttl:, renewal:)
-      error = LockLost.new(key, value: value, ran_for: ran_for, timeout: ttl / 1000.0, renewed: renewal != false,
-                                max_hold: renewal.is_a?(Integer) ? renewal / 1000.0 : nil)
-      raise error if @settings[:on_lost] == :raise
+    # Once per Locker, as soon as it has connected.
+    def check_eviction_policy
+      policy = @native.maxmemory_policy or return
 
-      LockManager.logger&.warn(error.message)
+      @eviction_policy_checked = true
+      Reports.eviction_policy(@settings[:redis_url], policy)
     end
 
     def renewal(renew, max_hold)
       Arguments.renewal(renew, max_hold, default_max_hold: @settings[:max_hold])
-    end
-
-    def monotonic
-      Process.clock_gettime(Process::CLOCK_MONOTONIC)
     end
   end
 end

@@ -131,7 +131,7 @@ RSpec.describe "Processes" do
           #{wait}
         RUBY
         expect(waiter.gets).to eq("waiting")
-        eventually { redis.zcard(full("held:queue")) == 1 && redis.hlen(full("held:waiters")) == 1 }
+        eventually { redis.zcard(queue_key(full("held"))) == 1 && redis.hlen(waiters_key(full("held"))) == 1 }
 
         expect_clean_exit(waiter, signal, [held, bystander])
       end
@@ -151,8 +151,8 @@ RSpec.describe "Processes" do
       RUBY
       expect(waiters.gets).to eq("waiting")
       # Every waiter of the process is queued: the main thread and two others on "held".
-      eventually { redis.zcard(full("held:queue")) == 3 && redis.zcard(full("other:queue")) == 1 }
-      expect(redis.hlen(full("held:waiters"))).to eq(3)
+      eventually { redis.zcard(queue_key(full("held"))) == 3 && redis.zcard(queue_key(full("other"))) == 1 }
+      expect(redis.hlen(waiters_key(full("held")))).to eq(3)
 
       expect_clean_exit(waiters, :INT, [held, other])
     end
@@ -168,7 +168,7 @@ RSpec.describe "Processes" do
         end
       RUBY
       expect(waiter.gets).to eq("waiting")
-      eventually { redis.zcard(full("held:queue")) == 1 }
+      eventually { redis.zcard(queue_key(full("held"))) == 1 }
       expect(held.release).to be(true) # handed to the waiting process
       expect(waiter.gets).to eq("inside")
       waiter_token = redis.get(full("held"))

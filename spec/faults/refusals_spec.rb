@@ -112,7 +112,7 @@ RSpec.describe "Refusals" do
       holder = l.try_lock("k", timeout: 30)
       renewed = l.try_lock("renewed", timeout: 0.3, renew: true)
       waiter = Thread.new { l.blocking_lock("k", timeout: 10) { |r| [r.fencing_token, monotonic] } }
-      eventually { admin.zcard(full("k:queue")) == 1 }
+      eventually { admin.zcard(queue_key(full("k"))) == 1 }
       3.times do # across several renewals (every 0.1 s) and queue heartbeats
         admin.script(:flush)
         sleep 0.3
@@ -154,7 +154,7 @@ RSpec.describe "Refusals" do
         "blocking_lock fair" => -> { l.blocking_lock("new", timeout: 10, fair: true) {} },
         "try_lock" => -> { l.try_lock("new") },
         "lock" => -> { l.lock("new", timeout: 10, fair: true) },
-        "blocking_lock on a held key" => -> { l.blocking_lock("before", timeout: 10) {} }
+        "blocking_lock on a held key" => -> { Thread.new { l.blocking_lock("before", timeout: 10) {} }.join }
       }
       refused = attempts.transform_values { |call| outcome_and_time(&call) }
 
@@ -196,7 +196,7 @@ RSpec.describe "Refusals" do
       l = locker(pool_size: 4)
       holder = l.try_lock("k", timeout: 30)
       waiter = Thread.new { outcome_and_time { l.blocking_lock("k", timeout: 2) { :waited } } }
-      eventually { admin.zcard(full("k:queue")) == 1 }
+      eventually { admin.zcard(queue_key(full("k"))) == 1 }
       out_of_memory!
       released, took = outcome_and_time { holder.release }
       admin.config(:set, "maxmemory", "0")
@@ -262,7 +262,7 @@ RSpec.describe "Refusals" do
       l = locker(url: "redis://u:pw@127.0.0.1:#{server.port}/0", pool_size: 4, retry_interval: 5)
       holder = l.try_lock("MyKey", timeout: 30)
       waiter = Thread.new { outcome_and_time { l.blocking_lock("MyKey", timeout: 10) { monotonic } } }
-      eventually { admin.zcard(full("MyKey:queue")) == 1 }
+      eventually { admin.zcard(queue_key(full("MyKey"))) == 1 }
       sleep 1.5 # no subscription: the waiter is on its backoff, by now pausing 0.5 s and more
       released_at = monotonic
       released, took = outcome_and_time { holder.release } # hands the lock on; the publication is refused
@@ -278,7 +278,8 @@ RSpec.describe "Refusals" do
        "for 10 s (one connection for ten waits, not ten)" do
       admin.call("ACL", "SETUSER", "u", "on", ">pw", "~*", "+@all")
       l = locker(url: "redis://u:pw@127.0.0.1:#{server.port}/0", pool_size: 1)
-      holder = l.try_lock("MyKey", timeout: 30)
+      holder = locker(url: "redis://u:pw@127.0.0.1:#{server.port}/0", pool_size: 1).try_lock("MyKey", timeout: 30)
+      l.locked?("MyKey") # its one pooled connection, before counting
       connections = total_connections(admin)
       errors = Array.new(10) { outcome_and_time { l.blocking_lock("MyKey", timeout: 0.05) {} }.first }
 
@@ -296,9 +297,9 @@ RSpec.describe "Refusals" do
     def hand_off(holding, waiting, redis_key)
       holder = holding.try_lock("MyKey", timeout: 30)
       waiter = Thread.new { waiting.blocking_lock("MyKey", timeout: 10, fair: true) { monotonic } }
-      eventually { admin.zcard("#{redis_key}:queue") == 1 && admin.pubsub(:numpat).positive? }
+      eventually { admin.zcard(queue_key(redis_key)) == 1 && admin.pubsub(:numpat).positive? }
       sleep 0.1 # the subscriber's re-check is done
-      entry = admin.hvals("#{redis_key}:waiters").first
+      entry = admin.hvals(waiters_key(redis_key)).first
       publication = next_publication("lock_manager:*")
       released_at = monotonic
       expect(holder.release).to be(true)
@@ -317,12 +318,12 @@ RSpec.describe "Refusals" do
       expect(held_keys(admin, "*")).to eq([])
     end
 
-    it "an empty key prefix (the locks' pattern covers every lock_manager: channel): the same" do
-      lockers = Array.new(2) { LockManager::Locker.new(redis_url: server.url, key_prefix: "") }
-      heard, entry, publication = hand_off(*lockers, "MyKey")
+    it "a key prefix whose pattern covers the process channels (\"process:\"): the same" do
+      lockers = Array.new(2) { LockManager::Locker.new(redis_url: server.url, key_prefix: "process:") }
+      heard, entry, publication = hand_off(*lockers, "process:MyKey")
 
       expect(entry).to match(/\A\d+:\d+:\z/)
-      expect(publication[0]).to eq("lock_manager:MyKey".b)
+      expect(publication[0]).to eq("lock_manager:process:MyKey".b)
       expect(heard).to be < 0.1
       expect(held_keys(admin, "*")).to eq([])
     end
@@ -419,9 +420,9 @@ RSpec.describe "Refusals" do
         holder = other.try_lock(key, timeout: 30)
         waiter = Thread.new { l.blocking_lock(key, timeout: 5, fair: true) { |r| [r.fencing_token, monotonic] } }
         # Queued with its process's channel (the first waiter's process subscribes meanwhile).
-        eventually { admin.hvals(full("#{key}:waiters")).first.to_s.include?(":lock_manager:process:") }
-        queued = admin.zrange(full("#{key}:queue"), 0, -1).map(&:b)
-        expect(admin.hkeys(full("#{key}:waiters")).map(&:b)).to eq(queued), name
+        eventually { admin.hvals(waiters_key(full(key))).first.to_s.include?(":lock_manager:process:") }
+        queued = admin.zrange(queue_key(full(key)), 0, -1).map(&:b)
+        expect(admin.hkeys(waiters_key(full(key))).map(&:b)).to eq(queued), name
         publication = next_publication("lock_manager:*")
         released_at = monotonic
         expect(holder.release).to be(true)

@@ -9,7 +9,8 @@ RSpec.describe "Bad input" do
   let(:locker) { LockManager::Locker.new(redis_url: closed_url) }
 
   bad_keys = [nil, "", :"", 42, 1.5, [], {}, Object.new].freeze
-  bad_timeouts = [0, -1, -0.5, 0.0, Float::NAN, Float::INFINITY, "30", nil, true, 2**70, Rational(1, 2)].freeze
+  bad_timeouts = [0, -1, -0.5, 0.0, Float::NAN, Float::INFINITY, "30", nil, true, 2**70, Rational(-1, 2),
+                  (2**52 / 1000) + 1, 1e300, Rational(2**60)].freeze
 
   bad_keys.each do |key|
     it "rejects the key #{key.inspect} in every method" do
@@ -55,14 +56,24 @@ RSpec.describe "Bad input" do
     expect { locker.nonblocking_lock("k", ttl: 3) {} }.to raise_error(ArgumentError, /ttl/)
   end
 
+  it "names the allowed range of every number" do
+    expect { locker.nonblocking_lock("k", timeout: 2**60) {} }
+      .to raise_error(ArgumentError, /timeout must be a positive number of seconds up to 4503599627370/)
+    expect { locker.nonblocking_lock("k", limit: 2**40) {} }
+      .to raise_error(ArgumentError, /limit must be an Integer from 1 to 4294967295, got 1099511627776/)
+    expect { LockManager::Locker.new(pool_size: 2**40) }
+      .to raise_error(ArgumentError, /pool_size must be an Integer from 1 to 65535/)
+    expect { locker.nonblocking_lock("k", renew: true, max_hold: 1e20) {} }.to raise_error(ArgumentError, /max_hold/)
+  end
+
   it "reaches Redis (and fails there) once the arguments are right" do
     expect { locker.nonblocking_lock("k") {} }.to raise_error(LockManager::ConnectionError)
   end
 
   describe "Locker.new" do
     {
-      pool_size: [0, -1, 1.5, "5", nil],
-      pool_timeout: [0, -1, "5", Float::NAN],
+      pool_size: [0, -1, 1.5, "5", nil, 2**40, 65_536],
+      pool_timeout: [0, -1, "5", Float::NAN, 2**62],
       connect_timeout: [0, Float::INFINITY, nil],
       read_timeout: [-1, "1"],
       retry_interval: [0, :fast],

@@ -54,7 +54,7 @@ RSpec.describe "Mutual exclusion and the GVL" do
   end
 
   it "keeps other Ruby threads running while a thread waits" do
-    locker.try_lock("held", timeout: 30)
+    elsewhere.try_lock("held", timeout: 30)
     counter = 0
     counting = Thread.new { loop { counter += 1 } }
     expect { locker.blocking_lock("held", timeout: 1) {} }.to raise_error(LockManager::LockNotAcquired)

@@ -1,6 +1,8 @@
 # frozen_string_literal: true
 
 require "spec_helper"
+require "json"
+require "open3"
 
 RSpec.describe "fork" do
   # A private server: every client it lists is this example's.
@@ -63,5 +65,39 @@ RSpec.describe "fork" do
     LockManager::Locker.nonblocking_lock("warm") {}
     pid = fork { exit!(LockManager::Locker.nonblocking_lock("child") { 7 }.result == 7 ? 0 : 1) }
     expect(Process.wait2(pid).last).to be_success
+  end
+
+  # A child forked inside a held block (fork without exec) runs the rest of the block and ends it
+  # its own way: the parent's lock stays held with the parent's token, and only the parent
+  # releases it. (A script of its own: a child of the spec process would go on running the suite.)
+  %w[exit raise exit! return].each do |how|
+    it "leaves the parent's lock held when a child forked inside its block ends it with #{how}" do
+      script = File.expand_path("../support/fork_in_block.rb", __dir__)
+      lib = File.expand_path("../../lib", __dir__)
+      output, status = Open3.capture2(RbConfig.ruby, "-I", lib, script, server.url, prefix, how)
+      expect(status).to be_success
+      expect(JSON.parse(output)).to eq("kept" => true, "result" => "parent", "lost" => false, "left" => false)
+    end
+  end
+
+  it "a handle in a child: owned? is false and release returns false, without touching Redis" do
+    lock = locker.try_lock("handle", timeout: 30)
+    reader, writer = IO.pipe
+    pid = fork do
+      reader.close
+      commands_before = admin.info("stats")["total_commands_processed"].to_i
+      answers = [lock.owned?, lock.release, lock.refresh(10)]
+      commands = admin.info("stats")["total_commands_processed"].to_i - commands_before
+      writer.puts(Marshal.dump([answers, commands]).unpack1("H*"))
+      writer.close
+      exit!(0)
+    end
+    writer.close
+    answers, commands = Marshal.load([reader.read.strip].pack("H*")) # rubocop:disable Security/MarshalLoad
+    Process.wait(pid)
+    expect(answers).to eq([false, false, false])
+    expect(commands).to eq(1) # the INFO of the child's own check, nothing of the gem's
+    expect(lock.owned?).to be(true)
+    expect(lock.release).to be(true)
   end
 end

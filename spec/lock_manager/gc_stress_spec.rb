@@ -34,7 +34,7 @@ RSpec.describe "GC safety" do
 
   it "survives GC.stress while blocking_lock waits and errors are built" do
     locker = new_locker
-    holder = locker.try_lock("held", timeout: 30)
+    holder = elsewhere.try_lock("held", timeout: 30)
     unreachable = LockManager::Locker.new(redis_url: closed_url)
     errors = []
     GC.stress = true

@@ -67,7 +67,7 @@ RSpec.describe "Waiting for a lock" do
 
   it "takes an expired lock when its TTL runs out, without polling" do
     l = locker
-    l.try_lock("k", timeout: 0.4) # never released
+    locker.try_lock("k", timeout: 0.4) # never released (another Locker: another holder)
     took = elapsed { l.blocking_lock("k", timeout: 20) { :mine } }
 
     expect(took).to be_between(0.35, 0.8)
@@ -87,7 +87,7 @@ RSpec.describe "Waiting for a lock" do
       end
     end
     handle_waiter = Thread.new { l.lock("handle", timeout: 30) }
-    eventually { %w[block handle].all? { |key| admin.zcard("#{prefix}#{key}:queue") == 1 } }
+    eventually { %w[block handle].all? { |key| admin.zcard(queue_key("#{prefix}#{key}")) == 1 } }
     holders.each(&:release)
     handle = handle_waiter.value
     sleep 2.5
@@ -107,7 +107,7 @@ RSpec.describe "Waiting for a lock" do
     l = locker(pool_size: 2)
     holder = l.try_lock("k", timeout: 30)
     waiter = Thread.new { l.lock("k", timeout: 30) }
-    eventually { admin.zcard("#{prefix}k:queue") == 1 }
+    eventually { admin.zcard(queue_key("#{prefix}k")) == 1 }
     holder.release
     handle = waiter.value
     expect(handle.refresh(60)).to be(true)
@@ -196,7 +196,7 @@ RSpec.describe "Waiting for a lock" do
         LockManager::Locker.new(redis_url: url, key_prefix: key_prefix).blocking_lock("k", timeout: 60, fair: true) {}
         exit!(0)
       end
-      eventually { admin.zcard("#{prefix}k:queue") == 1 }
+      eventually { admin.zcard(queue_key("#{prefix}k")) == 1 }
       Process.kill(:KILL, doomed)
       Process.wait(doomed)
       log = Queue.new
@@ -225,7 +225,7 @@ RSpec.describe "Waiting for a lock" do
 
   it "leaves the queue when it gives up, and leaves nothing behind" do
     l = locker
-    holder = l.try_lock("k")
+    holder = locker.try_lock("k") # another Locker: another holder
     expect { l.blocking_lock("k", timeout: 0.3, fair: true) {} }.to raise_error(LockManager::LockNotAcquired)
     expect(held_keys(admin, "#{prefix}*").sort).to eq(["#{prefix}k"])
     holder.release

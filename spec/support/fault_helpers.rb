@@ -10,21 +10,28 @@ class FaultyRedisServer < RedisServer
   attr_reader :pid
 
   # @param appendonly [Boolean] persist every write (--appendonly yes --appendfsync always)
-  def initialize(appendonly: false)
+  # @param args [Array<String>] more redis-server options
+  def initialize(appendonly: false, args: [])
     super()
     @appendonly = appendonly
+    @args = args
   end
 
   # redis-server runs under a shell that waits for it, not as a child of this process: a child
   # that stops (SIGSTOP) sends its parent a SIGCHLD, which would land in whichever thread of this
   # process is reading from Redis at the time. Stray signals have examples of their own.
-  def start
+  # Returns as soon as it answers, even with an error (LOADING, MASTERDOWN), not once it is ready.
+  def start_answering
+    start(ready: false)
+  end
+
+  def start(ready: true)
     persistence = @appendonly ? %w[--appendonly yes --appendfsync always] : %w[--appendonly no]
     args = ["--port", port.to_s, "--bind", "127.0.0.1", "--save", "", *persistence,
-            "--dir", @dir, "--logfile", File.join(@dir, "redis.log")]
+            "--dir", @dir, "--logfile", File.join(@dir, "redis.log"), *@args]
     @shell = Process.spawn("sh", "-c", 'redis-server "$@" & wait $!', "sh", *args, out: File::NULL, err: File::NULL)
     @paused = false
-    wait_until_ready
+    ready ? wait_until_ready : wait_until_answering
     @pid = client.then { |c| c.info("server").fetch("process_id").to_i.tap { c.close } }
     self
   end
@@ -63,6 +70,20 @@ class FaultyRedisServer < RedisServer
   end
 
   private
+
+  def wait_until_answering
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+    begin
+      client.tap(&:ping).close
+    rescue Redis::CommandError
+      nil # an answer
+    rescue Redis::BaseConnectionError
+      raise "redis-server did not start on port #{port}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+
+      sleep 0.005
+      retry
+    end
+  end
 
   def children_of_shell
     File.read("/proc/#{@shell}/task/#{@shell}/children").split.map(&:to_i)

@@ -2,6 +2,7 @@
 
 # Shared helpers: every example gets its own key prefix, so examples never see each other's locks.
 module SpecHelpers
+  include KeySlots
   def prefix
     @prefix ||= "spec:#{SecureRandom.hex(4)}:"
   end
@@ -15,14 +16,16 @@ module SpecHelpers
     @redis ||= Redis.new(url: redis_url, timeout: 2)
   end
 
-  # The keys matching `pattern`, but the fencing counter (which lives on by design).
+  # The keys matching `pattern` (a key prefix and "*"), and the internal keys (queues, waiters) of
+  # the locks it matches; not the fencing counters, which live on by design.
   def held_keys(client, pattern)
-    client.keys(pattern).reject { |key| key.end_with?("lock_manager:fencing_token") }
+    internal = pattern.end_with?("*") ? client.keys("lock_manager:*:#{pattern}") : []
+    (client.keys(pattern) + internal).reject { |key| KeySlots.fencing_counter?(key) }
   end
 
   # A redis-server of this example's own (`kind`: RedisServer or a subclass), shut down after it.
-  def own_server(kind = RedisServer, **options)
-    kind.new(**options).start.tap { |server| (@own_servers ||= []) << server }
+  def own_server(kind = RedisServer, start: :start, **options)
+    kind.new(**options).public_send(start).tap { |server| (@own_servers ||= []) << server }
   end
 
   def shutdown_own_servers
@@ -31,6 +34,12 @@ module SpecHelpers
 
   def new_locker(**options)
     LockManager::Locker.new(redis_url: redis_url, key_prefix: prefix, **options)
+  end
+
+  # Another Locker on the same keys: a holder elsewhere, as another process would be. (A thread
+  # asking again through the Locker it holds a lock with gets AlreadyHeld, not "held".)
+  def elsewhere
+    @elsewhere ||= new_locker
   end
 
   def monotonic

@@ -12,6 +12,7 @@
 use std::time::{Duration, Instant};
 
 use lock_manager::scripts::{self, Acquired, RELEASE};
+use lock_manager::KeySpace;
 
 fn main() -> redis::RedisResult<()> {
     let mut args = std::env::args().skip(1);
@@ -68,21 +69,25 @@ fn cycles(
     thread: usize,
     deadline: Instant,
 ) -> redis::RedisResult<u64> {
-    let key = format!("lock:floor:{}:{thread}", std::process::id());
-    let (queue, waiters) = (format!("{key}:queue"), format!("{key}:waiters"));
-    let counter = b"lock:lock_manager:fencing_token";
-    let lock_keys: [&[u8]; 4] = [
-        key.as_bytes(),
-        queue.as_bytes(),
-        waiters.as_bytes(),
-        counter,
-    ];
+    let name = format!("floor:{}:{thread}", std::process::id());
+    // The gem's own key layout, as a Locker with the default prefix builds it.
+    let lock_keys = KeySpace::new(b"lock:")
+        .expect("the default prefix")
+        .lock_keys(name.as_bytes());
+    let key = String::from_utf8_lossy(&lock_keys.lock).into_owned();
     let mut cycles: u64 = 0;
     while Instant::now() < deadline {
         let token = uuid::Uuid::new_v4().to_string();
-        let acquired =
-            scripts::acquire(&mut conn, key.as_bytes(), counter, &token, "30000", false)?;
-        let released: i64 = RELEASE.run(&mut conn, &lock_keys, &[token.as_bytes(), b"2000"])?;
+        let acquired = scripts::acquire(
+            &mut conn,
+            &lock_keys.lock,
+            &lock_keys.fencing,
+            &token,
+            "30000",
+            false,
+        )?;
+        let released: i64 =
+            RELEASE.run(&mut conn, &lock_keys.all(), &[token.as_bytes(), b"2000"])?;
         assert!(
             matches!(acquired, Acquired::Taken(_)) && released == 1,
             "a cycle on {key} did not take and free the lock"

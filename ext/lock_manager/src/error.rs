@@ -9,11 +9,21 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq)]
 pub enum LockError {
     /// Redis could not be reached, dropped the connection, or (`timed_out`) did not answer in time.
+    /// `undone`: the command's reply never came and its undo was sent after it.
     Connection {
         addr: String,
         cause: String,
         timed_out: bool,
+        undone: bool,
     },
+    /// Redis answered, but cannot serve a lock right now (see `Unavailable`).
+    Unavailable {
+        addr: String,
+        reply: String,
+        reason: Unavailable,
+    },
+    /// `redis_url` points at a Redis Cluster node (MOVED, ASK, CROSSSLOT).
+    Cluster { addr: String, reply: String },
     /// Redis refused our credentials (WRONGPASS, NOAUTH): retrying will not help.
     Authentication { addr: String, cause: String },
     /// The Redis user may not run our commands on these keys (NOPERM).
@@ -24,6 +34,9 @@ pub enum LockError {
     PoolTimeout { waited: Duration, size: u32 },
     /// The lock stayed held by someone else until the deadline passed.
     NotAcquired { waited: Duration },
+    /// The calling thread already holds this plain lock through this Locker: waiting for it
+    /// would wait for itself.
+    AlreadyHeld,
     /// Redis answered with an error reply (WRONGTYPE, OOM, NOPERM, ...).
     Server { addr: String, reply: String },
     /// A Ruby interrupt (Thread#raise, Thread#kill, a signal) arrived: Ruby decides what happens next.
@@ -34,13 +47,43 @@ pub enum LockError {
     Internal(String),
 }
 
+/// Why Redis cannot serve a lock right now.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Unavailable {
+    /// A replica (READONLY), or one that lost its primary (MASTERDOWN).
+    ReadOnly,
+    /// Loading its data set after a restart (LOADING).
+    Loading,
+    /// A Cluster that cannot serve the key's slot now (CLUSTERDOWN, TRYAGAIN).
+    ClusterDown,
+    /// It has as many clients as `maxclients` allows.
+    TooManyClients,
+}
+
 impl LockError {
     pub fn connection(addr: &str, cause: impl fmt::Display) -> Self {
         LockError::Connection {
             addr: addr.to_owned(),
             cause: cause.to_string(),
             timed_out: false,
+            undone: false,
         }
+    }
+
+    /// A failure that may pass by itself (Redis unreachable, slow, restarting, failing over, its
+    /// connections all busy): a blocking wait with time left goes on through it.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            LockError::Connection { .. }
+                | LockError::Unavailable { .. }
+                | LockError::PoolTimeout { .. }
+        )
+    }
+
+    /// Whether an undo was sent after the command that failed: its token must not be used again.
+    pub fn undo_sent(&self) -> bool {
+        matches!(self, LockError::Connection { undone: true, .. })
     }
 }
 
@@ -65,11 +108,46 @@ impl fmt::Display for LockError {
             LockError::OutOfMemory { addr, reply } => {
                 write!(f, "Redis at {addr} is out of memory: {reply}")
             }
+            LockError::Unavailable {
+                addr,
+                reply,
+                reason,
+            } => match reason {
+                Unavailable::ReadOnly => write!(
+                    f,
+                    "Redis at {addr} is a replica, not the primary: {reply} \
+                     (point redis_url at the primary)"
+                ),
+                Unavailable::Loading => {
+                    write!(f, "Redis at {addr} is loading its data set: {reply}")
+                }
+                Unavailable::ClusterDown => {
+                    write!(
+                        f,
+                        "the Redis Cluster at {addr} cannot serve this key now: {reply}"
+                    )
+                }
+                Unavailable::TooManyClients => write!(
+                    f,
+                    "Redis at {addr} refuses more clients: {reply} \
+                     (raise its maxclients, or lower pool_size)"
+                ),
+            },
+            LockError::Cluster { addr, reply } => write!(
+                f,
+                "Redis at {addr} is a Redis Cluster node: {reply} \
+                 (redis_url must name a standalone Redis or a primary)"
+            ),
             LockError::PoolTimeout { waited, size } => write!(
                 f,
                 "no free Redis connection within {:.3}s: all {size} pooled connections are in use \
                  (raise pool_size or pool_timeout)",
                 waited.as_secs_f64()
+            ),
+            LockError::AlreadyHeld => write!(
+                f,
+                "already held by this thread through this Locker (a plain lock is not re-entrant; \
+                 limit: N counts each acquisition as a permit)"
             ),
             LockError::NotAcquired { waited } => {
                 write!(f, "lock still held after {:.3}s", waited.as_secs_f64())

@@ -1,5 +1,17 @@
 //! Every Redis key and pub/sub channel name the gem uses, defined once. The Lua scripts are given
 //! these by Rust (`scripts.rs` prepends them), never as literals of their own.
+//!
+//! A lock's own key is `key_prefix + key`, where users and their monitoring look for it. Every
+//! other key (a lock's queue and waiters, the fencing counters) lives under `INTERNAL_PREFIX`,
+//! which no `key_prefix + key` can reach: a prefix that is empty, or that starts (or is the start
+//! of) `INTERNAL_PREFIX`, is refused. Each internal key carries a hash tag that Redis Cluster
+//! maps to the lock key's own slot, so every key one command touches lies in one slot, whatever
+//! the key holds (braces, `}` before `{`, binary, megabytes).
+
+use std::sync::LazyLock;
+
+/// Where every internal key starts.
+pub const INTERNAL_PREFIX: &[u8] = b"lock_manager:";
 
 /// The prefix of the channel a lock's releases are published on; the lock key follows it.
 pub const CHANNEL_PREFIX: &[u8] = b"lock_manager:";
@@ -8,20 +20,102 @@ pub const CHANNEL_PREFIX: &[u8] = b"lock_manager:";
 /// of that process publishes there alone.
 pub const PROCESS_CHANNEL_PREFIX: &[u8] = b"lock_manager:process:";
 
-/// The fencing counter's name, after the key prefix: reserved, like the ":queue" and ":waiters"
-/// suffixes.
-const FENCING_COUNTER: &[u8] = b"lock_manager:fencing_token";
+/// Redis Cluster's number of hash slots.
+pub const SLOTS: u16 = 16_384;
+
+/// Why a key prefix cannot be used, or `None`.
+pub fn prefix_problem(prefix: &[u8]) -> Option<String> {
+    let internal = String::from_utf8_lossy(INTERNAL_PREFIX);
+    if prefix.is_empty() {
+        return Some(format!(
+            "key_prefix must not be empty: locks would share Redis's whole keyspace with \"{internal}\", \
+             where lock_manager keeps its own keys"
+        ));
+    }
+    if prefix.starts_with(INTERNAL_PREFIX) || INTERNAL_PREFIX.starts_with(prefix) {
+        return Some(format!(
+            "key_prefix {:?} would reach \"{internal}\", where lock_manager keeps its own keys: \
+             choose another (the default is \"lock:\")",
+            String::from_utf8_lossy(prefix)
+        ));
+    }
+    None
+}
+
+/// The hash slot of `key`, as Redis Cluster computes it: CRC16 of the hash tag (what lies between
+/// the first `{` and the first `}` after it, when not empty), else of the whole key.
+pub fn hash_slot(key: &[u8]) -> u16 {
+    let hashed = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let close = rest.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(key);
+    crc16(hashed) % SLOTS
+}
+
+/// CRC16-CCITT (XModem), the checksum Redis Cluster uses.
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in bytes {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// For every slot, a short hash tag that Redis maps to it: the first string of 1 to 3 characters
+/// from `TAG_ALPHABET` that does (all 16,384 slots are reached by three).
+static SLOT_TAGS: LazyLock<Vec<Box<[u8]>>> = LazyLock::new(|| {
+    let mut tags: Vec<Option<Box<[u8]>>> = vec![None; usize::from(SLOTS)];
+    let mut left = usize::from(SLOTS);
+    'lengths: for length in 1..=3u32 {
+        let count = TAG_ALPHABET.len().pow(length);
+        for mut n in 0..count {
+            let mut tag = Vec::with_capacity(length as usize);
+            for _ in 0..length {
+                tag.push(TAG_ALPHABET[n % TAG_ALPHABET.len()]);
+                n /= TAG_ALPHABET.len();
+            }
+            let slot = &mut tags[usize::from(crc16(&tag) % SLOTS)];
+            if slot.is_none() {
+                *slot = Some(tag.into());
+                left -= 1;
+                if left == 0 {
+                    break 'lengths;
+                }
+            }
+        }
+    }
+    tags.into_iter()
+        .map(|tag| tag.expect("three characters reach every slot"))
+        .collect()
+});
+
+const TAG_ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+
+/// The hash tag, braces included, of the internal keys of slot `slot`.
+fn slot_tag(slot: u16) -> Vec<u8> {
+    [&b"{"[..], &SLOT_TAGS[usize::from(slot)], b"}"].concat()
+}
 
 /// The names of one Locker's keys: `key_prefix` + the key for a lock, and what hangs off it.
 #[derive(Clone)]
 pub struct KeySpace {
     prefix: Vec<u8>,
-    /// The fencing counter's full key (built once: every acquire names it).
-    fencing_counter: Vec<u8>,
 }
 
-/// The Redis keys of one plain lock: the lock, its queue of waiters, and their details; and the
-/// fencing counter.
+/// The Redis keys of one lock: the lock, its queue of waiters, and their details; and the
+/// fencing counter of its slot. All in the lock's hash slot.
 pub struct LockKeys {
     pub lock: Vec<u8>,
     pub queue: Vec<u8>,
@@ -30,17 +124,20 @@ pub struct LockKeys {
 }
 
 impl LockKeys {
-    /// KEYS of the plain-lock scripts (see `lua/shared/queue.lua`).
+    /// KEYS of the queue scripts (see `lua/shared/queue.lua`).
     pub fn all(&self) -> [&[u8]; 4] {
         [&self.lock, &self.queue, &self.waiters, &self.fencing]
     }
 }
 
 impl KeySpace {
-    pub fn new(prefix: &[u8]) -> Self {
-        KeySpace {
-            prefix: prefix.to_vec(),
-            fencing_counter: [prefix, FENCING_COUNTER].concat(),
+    /// `Err`: the prefix cannot be used (see `prefix_problem`).
+    pub fn new(prefix: &[u8]) -> Result<Self, String> {
+        match prefix_problem(prefix) {
+            Some(problem) => Err(problem),
+            None => Ok(KeySpace {
+                prefix: prefix.to_vec(),
+            }),
         }
     }
 
@@ -53,17 +150,21 @@ impl KeySpace {
         [self.prefix.as_slice(), key].concat()
     }
 
-    pub fn fencing_counter(&self) -> &[u8] {
-        &self.fencing_counter
+    /// The fencing counter of the slot of the lock key `lock`: every acquisition of every key
+    /// of that slot draws from it, so a key's tokens only grow.
+    pub fn fencing_counter(lock: &[u8]) -> Vec<u8> {
+        [INTERNAL_PREFIX, &slot_tag(hash_slot(lock)), b":fencing"].concat()
     }
 
-    /// Every key a plain lock's scripts touch.
+    /// Every key a lock's queue scripts touch.
     pub fn lock_keys(&self, key: &[u8]) -> LockKeys {
         let lock = self.lock(key);
+        let tag = slot_tag(hash_slot(&lock));
+        let internal = |kind: &[u8]| [INTERNAL_PREFIX, &tag, kind, &lock].concat();
         LockKeys {
-            queue: [lock.as_slice(), b":queue"].concat(),
-            waiters: [lock.as_slice(), b":waiters"].concat(),
-            fencing: self.fencing_counter.clone(),
+            queue: internal(b":queue:"),
+            waiters: internal(b":waiters:"),
+            fencing: [INTERNAL_PREFIX, &tag, b":fencing"].concat(),
             lock,
         }
     }
@@ -85,8 +186,9 @@ impl KeySpace {
     /// Whether `channel` is one the pattern covers: a process channel must not be, or every
     /// process would hear its hand-offs.
     pub fn pattern_covers(&self, channel: &[u8]) -> bool {
-        channel.starts_with(CHANNEL_PREFIX)
-            && channel[CHANNEL_PREFIX.len()..].starts_with(&self.prefix)
+        channel
+            .strip_prefix(CHANNEL_PREFIX)
+            .is_some_and(|rest| rest.starts_with(&self.prefix))
     }
 }
 
@@ -100,36 +202,84 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_plain_lock_has_its_queue_and_waiters_beside_it_and_the_prefix_counter() {
-        let keys = KeySpace::new(b"lock:").lock_keys(b"job");
-        assert_eq!(
-            keys.all(),
-            [
-                &b"lock:job"[..],
-                b"lock:job:queue",
-                b"lock:job:waiters",
-                b"lock:lock_manager:fencing_token"
-            ]
-        );
+    fn hash_slots_are_redis_clusters() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(hash_slot(b"foo"), 12_182);
+        assert_eq!(hash_slot(b"bar"), 5_061);
+        assert_eq!(hash_slot(b"{user1000}.following"), hash_slot(b"user1000"));
+        assert_eq!(hash_slot(b"foo{}{bar}"), hash_slot(b"foo{}{bar}")); // empty tag: whole key
+        assert_ne!(hash_slot(b"foo{}{bar}"), hash_slot(b"bar"));
+        assert_eq!(hash_slot(b"foo{{bar}}zap"), hash_slot(b"{bar"));
+        assert_eq!(hash_slot(b"foo{bar}{zap}"), hash_slot(b"bar"));
+        assert_eq!(hash_slot(b"}{x}"), hash_slot(b"x"));
+    }
+
+    #[test]
+    fn every_slot_has_a_tag_that_maps_to_it() {
+        for slot in 0..SLOTS {
+            let tag = slot_tag(slot);
+            assert_eq!(hash_slot(&[&b"x"[..], &tag, b"y"].concat()), slot);
+            assert!(tag.len() <= 5);
+        }
+    }
+
+    #[test]
+    fn a_locks_keys_share_its_slot_whatever_the_key() {
+        let space = KeySpace::new(b"lock:").unwrap();
+        let big = vec![b'}'; 1 << 20];
+        let keys: [&[u8]; 8] = [
+            b"job",
+            b"{tag}rest",
+            b"}{x}",
+            b"{}",
+            b"a{}b{c}",
+            b"\xff\x00{",
+            &big,
+            b"x:queue",
+        ];
+        for key in keys {
+            let all = space.lock_keys(key);
+            let slot = hash_slot(&all.lock);
+            for internal in all.all() {
+                assert_eq!(hash_slot(internal), slot);
+            }
+            assert_eq!(KeySpace::fencing_counter(&all.lock), all.fencing);
+        }
+    }
+
+    #[test]
+    fn internal_keys_are_out_of_reach_of_every_lock_key() {
+        let space = KeySpace::new(b"lock:").unwrap();
+        let internal = space.lock_keys(b"x");
+        for name in [&internal.queue, &internal.waiters, &internal.fencing] {
+            assert!(name.starts_with(INTERNAL_PREFIX) && !name.starts_with(b"lock:"));
+        }
+        assert!(KeySpace::new(b"").is_err());
+        assert!(KeySpace::new(b"lock_manager:").is_err());
+        assert!(KeySpace::new(b"lock_manager:mine:").is_err());
+        assert!(KeySpace::new(b"lock_").is_err());
+        assert!(KeySpace::new(b"lock_managers:").is_ok());
+        assert!(KeySpace::new(b"locks:").is_ok());
     }
 
     #[test]
     fn the_channel_pattern_escapes_the_prefixs_glob_characters() {
-        let space = KeySpace::new(b"a*b?[c]\\");
+        let space = KeySpace::new(b"a*b?[c]\\").unwrap();
         assert_eq!(
             space.channel_pattern(),
             b"lock_manager:a\\*b\\?\\[c\\]\\\\*"
         );
-        assert_eq!(KeySpace::new(b"").channel_pattern(), b"lock_manager:*");
     }
 
     #[test]
     fn process_channels_are_covered_only_by_prefixes_that_start_them() {
         let channel = [PROCESS_CHANNEL_PREFIX, b"1234"].concat();
-        assert!(!KeySpace::new(b"lock:").pattern_covers(&channel));
-        assert!(KeySpace::new(b"").pattern_covers(&channel));
-        assert!(KeySpace::new(b"proc").pattern_covers(&channel));
-        assert!(!KeySpace::new(b"processes").pattern_covers(&channel));
+        assert!(!KeySpace::new(b"lock:").unwrap().pattern_covers(&channel));
+        assert!(KeySpace::new(b"proc").unwrap().pattern_covers(&channel));
+        assert!(!KeySpace::new(b"processes")
+            .unwrap()
+            .pattern_covers(&channel));
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! A held lock: the core it came from, its key and token, its fencing token, and the lease that
 //! keeps it (renewal, or the one extension of a lock handed over). Every call acts only while its
-//! token still holds the key.
+//! token still holds the key, and only in the process that took it: a child forked while it was
+//! held never releases, refreshes or renews its parent's lock.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::thread::ThreadId;
 use std::time::Instant;
 
 use crate::error::LockError;
@@ -10,7 +13,7 @@ use crate::gvl::Interrupt;
 use crate::lock_core::{Acquisition, LockCore};
 use crate::renewal::{Lease, LeaseTerms};
 use crate::replies::FencingToken;
-use crate::request::Request;
+use crate::request::{Renewal, Request};
 
 pub struct Lock {
     core: Arc<LockCore>,
@@ -19,6 +22,11 @@ pub struct Lock {
     fencing_token: FencingToken,
     request: Request,
     lease: Option<Lease>,
+    /// The process that took it.
+    pid: u32,
+    /// The thread that holds this plain lock, until it is released (see `LockCore::hold`).
+    holder: Option<ThreadId>,
+    released: AtomicBool,
 }
 
 impl Lock {
@@ -41,6 +49,14 @@ impl Lock {
                 expires_early: acquired.expires_early,
             })
         });
+        // Valid for its TTL, or renewed up to its cap (never past it); uncapped: until released.
+        let now = Instant::now();
+        let until = match request.renewal {
+            Renewal::Off => Some(now + request.ttl()),
+            Renewal::Capped(cap) => Some(now + cap),
+            Renewal::UntilReleased => None,
+        };
+        let holder = (!request.is_shared()).then(|| core.hold(&key, until));
         Lock {
             core: Arc::clone(core),
             key,
@@ -48,6 +64,9 @@ impl Lock {
             fencing_token: acquired.fencing_token,
             request,
             lease,
+            pid: std::process::id(),
+            holder,
+            released: AtomicBool::new(false),
         }
     }
 
@@ -63,6 +82,11 @@ impl Lock {
         self.fencing_token
     }
 
+    /// Whether this process took it (false in a child forked while it was held).
+    pub fn is_here(&self) -> bool {
+        self.pid == std::process::id()
+    }
+
     /// True once its lease found the lock lost (expired, taken by another, `max_hold` reached);
     /// a lock without a lease is not watched.
     pub fn is_lost(&self) -> bool {
@@ -76,27 +100,62 @@ impl Lock {
         }
     }
 
-    /// Whether this token holds the key right now.
+    /// Whether this token holds the key right now; never, in a child process.
     pub fn is_owned(&self, interrupt: &Interrupt) -> Result<bool, LockError> {
+        if !self.is_here() {
+            return Ok(false);
+        }
         self.core.owned(&self.key, &self.token, interrupt)
     }
 
     /// Resets the TTL to `ttl_ms`; a pending extension of a lock handed over is dropped (it would
-    /// overwrite this), a renewal goes on. False when the lock expired or changed hands.
+    /// overwrite this), a renewal goes on. False when the lock expired or changed hands, and in a
+    /// child process.
     pub fn refresh(&self, ttl_ms: u64, interrupt: &Interrupt) -> Result<bool, LockError> {
+        if !self.is_here() {
+            return Ok(false);
+        }
         if !self.request.renewal.is_on() {
             self.stop_renewal();
         }
         let limit = self.request.limit;
-        self.core
-            .refresh(&self.key, &self.token, ttl_ms, limit, interrupt)
+        let sent = Instant::now();
+        let refreshed = self
+            .core
+            .refresh(&self.key, &self.token, ttl_ms, limit, interrupt)?;
+        if let (true, Some(thread), false) = (refreshed, self.holder, self.request.renewal.is_on())
+        {
+            let until = sent + std::time::Duration::from_millis(ttl_ms);
+            self.core.held_until(&self.key, thread, Some(until));
+        }
+        Ok(refreshed)
     }
 
     /// Stops the lease and deletes the lock (handing it to the next waiter). False when this
-    /// token no longer held it.
+    /// token no longer held it, and in a child process (which leaves its parent's lock alone).
     pub fn release(&self, interrupt: &Interrupt) -> Result<bool, LockError> {
+        if !self.is_here() {
+            return Ok(false);
+        }
         self.stop_renewal();
+        self.forget_holder();
         self.core
             .release(&self.key, &self.token, self.request.limit, interrupt)
+    }
+
+    fn forget_holder(&self) {
+        if let Some(thread) = self.holder {
+            if !self.released.swap(true, Ordering::AcqRel) {
+                self.core.unhold(&self.key, thread);
+            }
+        }
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if self.is_here() {
+            self.forget_holder();
+        }
     }
 }

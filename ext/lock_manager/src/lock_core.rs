@@ -2,6 +2,8 @@
 //! hands the lock to the next queued waiter to release, and event-driven waiting.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
 use redis::{FromRedisValue, RedisError, Value};
@@ -9,15 +11,16 @@ use redis::{FromRedisValue, RedisError, Value};
 use crate::error::LockError;
 use crate::gvl::Interrupt;
 use crate::keys::{KeySpace, LockKeys};
+use crate::per_process::PerProcess;
 use crate::pool::{Pool, PoolSettings, STRAY_SIGNAL_RETRIES};
 use crate::replies::{attempt_from, classify, refusal, Attempt, Failure, FencingToken};
 use crate::request::Request;
 use crate::scripts::{
-    self, Acquired, ACQUIRE, ACQUIRE_SHARED, LEAVE, REFRESH, REFRESH_SHARED, RELEASE,
-    RELEASE_SHARED, WAIT,
+    self, Acquired, LuaScript, ACQUIRE, ACQUIRE_SHARED, LEAVE, LEAVE_SHARED, REFRESH,
+    REFRESH_SHARED, RELEASE, RELEASE_SHARED, WAIT, WAIT_SHARED,
 };
-use crate::subscriber::Subscriber;
-use crate::wait::{judge_handoff, next_pause, Backoff, HandedOver, HEARTBEAT_MS};
+use crate::subscriber::{Registration, Subscriber};
+use crate::wait::{judge_handoff, next_pause, Backoff, HandedOver, HEARTBEAT, HEARTBEAT_MS};
 
 pub struct LockSettings {
     pub pool: PoolSettings,
@@ -41,7 +44,13 @@ pub struct LockCore {
     /// never release it is refused before it takes anything.
     scripts_allowed: AtomicBool,
     retry_interval: Duration,
+    /// The plain locks each thread of this process holds through this core.
+    held: PerProcess<Mutex<Vec<Held>>>,
 }
+
+/// A plain lock some thread holds: which thread, which key, and until when it is valid unless
+/// renewed or refreshed (`None`: renewed until released).
+type Held = (ThreadId, Vec<u8>, Option<Instant>);
 
 /// A lock taken by `acquire_until`.
 #[derive(Debug)]
@@ -51,14 +60,18 @@ pub struct Acquisition {
     /// claim's: the lock lasts until this instant at least, and must be extended before it
     /// (see `renewal.rs`).
     pub expires_early: Option<Instant>,
+    /// The token that holds the lock when it is not the claim's: a wait whose attempt was cut
+    /// short (and undone) goes on with a fresh one, so that the late undo cannot release it.
+    pub new_token: Option<String>,
 }
 
 impl Acquisition {
-    /// A lock taken with the claim's own TTL.
+    /// A lock taken with the claim's own token and TTL.
     pub fn for_claimed_ttl(fencing_token: FencingToken) -> Self {
         Acquisition {
             fencing_token,
             expires_early: None,
+            new_token: None,
         }
     }
 }
@@ -69,8 +82,8 @@ type Undo<'a> = &'a dyn Fn(&mut redis::Connection);
 
 impl LockCore {
     pub fn new(settings: LockSettings) -> Result<LockCore, LockError> {
+        let keys = KeySpace::new(&settings.key_prefix).map_err(LockError::Argument)?;
         let pool = Pool::new(settings.pool)?;
-        let keys = KeySpace::new(&settings.key_prefix);
         let subscriber = Subscriber::new(
             pool.client().clone(),
             &keys,
@@ -82,11 +95,59 @@ impl LockCore {
             keys,
             scripts_allowed: AtomicBool::new(false),
             retry_interval: settings.retry_interval,
+            held: PerProcess::new(),
         })
     }
 
     pub fn pool(&self) -> &Pool {
         &self.pool
+    }
+
+    /// Fails with `AlreadyHeld` when the calling thread holds the plain lock `key` through this
+    /// core and it has not expired (see `hold`).
+    pub fn check_not_held(&self, key: &[u8]) -> Result<(), LockError> {
+        let (thread, now) = (thread::current().id(), Instant::now());
+        let (held, _) = self.held.get_or_create(Mutex::default);
+        let held = held.lock().unwrap_or_else(|e| e.into_inner());
+        let valid = |until: &Option<Instant>| until.is_none_or(|until| until > now);
+        match held
+            .iter()
+            .any(|(by, k, until)| *by == thread && k == key && valid(until))
+        {
+            true => Err(LockError::AlreadyHeld),
+            false => Ok(()),
+        }
+    }
+
+    /// Records that the calling thread holds the plain lock `key`, valid `until` (see `Held`),
+    /// until `unhold`.
+    pub fn hold(&self, key: &[u8], until: Option<Instant>) -> ThreadId {
+        let thread = thread::current().id();
+        let (held, _) = self.held.get_or_create(Mutex::default);
+        let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
+        held.push((thread, key.to_vec(), until));
+        thread
+    }
+
+    /// A refresh of a held lock: valid `until`.
+    pub fn held_until(&self, key: &[u8], thread: ThreadId, until: Option<Instant>) {
+        if let Some(held) = self.held.get() {
+            let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(entry) = held.iter_mut().find(|(by, k, _)| *by == thread && k == key) {
+                entry.2 = until;
+            }
+        }
+    }
+
+    /// Forgets one `hold` of `key` by `thread` (in this process: a child's locks are its
+    /// parent's).
+    pub fn unhold(&self, key: &[u8], thread: ThreadId) {
+        if let Some(held) = self.held.get() {
+            let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(at) = held.iter().position(|(by, k, _)| *by == thread && k == key) {
+                held.swap_remove(at);
+            }
+        }
     }
 
     pub fn redis_key(&self, key: &[u8]) -> Vec<u8> {
@@ -105,10 +166,11 @@ impl LockCore {
                 .attempt_shared(claim, interrupt)
                 .map(|attempt| match attempt {
                     Attempt::Acquired(fencing_token) => Some(fencing_token),
-                    Attempt::Held { .. } => None,
+                    Attempt::Held { .. } | Attempt::NotQueued => None,
                 });
         }
         let redis_key = self.redis_key(claim.key);
+        let counter = KeySpace::fencing_counter(&redis_key);
         let ttl = claim.request.ttl_ms.to_string();
         let release_args: [&[u8]; 2] = [claim.token.as_bytes(), HEARTBEAT_MS.as_bytes()];
         let undo = |conn: &mut redis::Connection| {
@@ -118,20 +180,14 @@ impl LockCore {
         // Re-sent after a dropped connection, it succeeds if the first one took the lock.
         self.round_trip(interrupt, Some(&undo), |conn, attempt| {
             if !scripts_allowed {
-                let keys: [&[u8]; 2] = [&redis_key, self.keys.fencing_counter()];
+                let keys: [&[u8]; 2] = [&redis_key, &counter];
                 let fencing_token =
                     ACQUIRE.run::<u64>(conn, &keys, &[claim.token.as_bytes(), ttl.as_bytes()])?;
                 self.scripts_allowed.store(true, Ordering::Release);
                 return Ok((fencing_token > 0).then_some(fencing_token));
             }
-            let acquired = scripts::acquire(
-                conn,
-                &redis_key,
-                self.keys.fencing_counter(),
-                claim.token,
-                &ttl,
-                attempt > 0,
-            )?;
+            let acquired =
+                scripts::acquire(conn, &redis_key, &counter, claim.token, &ttl, attempt > 0)?;
             match acquired {
                 Acquired::Taken(fencing_token) => Ok(Some(fencing_token)),
                 Acquired::Held => Ok(None),
@@ -145,9 +201,12 @@ impl LockCore {
         })
     }
 
-    /// Waits until `claim.token` holds the lock or `deadline` passes. Woken by releases
-    /// (published by whoever releases, in any process), by the holder's TTL running out, or
-    /// after a backoff when releases cannot reach us. `started` is when the caller began waiting.
+    /// Waits until the claim holds the lock or `deadline` passes. Woken by releases (published
+    /// by whoever releases, in any process), by the holder's TTL running out, or after a backoff
+    /// when releases cannot reach us. `started` is when the caller began waiting. Redis being
+    /// unreachable, slow or refusing for a while (`LockError::is_transient`) does not end the
+    /// wait: it goes on with backoff, and at the deadline the last such error is returned
+    /// rather than `NotAcquired`.
     pub fn acquire_until(
         &self,
         claim: &Claim,
@@ -156,105 +215,182 @@ impl LockCore {
         interrupt: &Interrupt,
     ) -> Result<Acquisition, LockError> {
         let keys = self.keys.lock_keys(claim.key);
-        let _registration = self
-            .subscriber
-            .register(&keys.lock, claim.token, interrupt.waker());
+        let mut waiter = Waiter {
+            token: claim.token.to_owned(),
+            registration: self
+                .subscriber
+                .register(&keys.lock, claim.token, interrupt.waker()),
+            queued_attempts: 0,
+            queued: false,
+            queued_at: None,
+        };
         // A hand-over to an earlier acquisition on the same interrupt (its release's reply and its
         // publication both tell) is not news for this one.
         interrupt.waker().take_handed();
         let mut backoff = Backoff::new(self.retry_interval);
-        let mut queued_attempts = 0u32;
-        // When the last attempt that left us queued was sent: a hand-off came after it.
-        let mut queued_at = None;
-        let outcome = (|| loop {
-            if let Some(handed) = queued_at.and_then(|at| handed_over(claim, at, interrupt)) {
-                return Ok(handed);
-            }
-            let request = &claim.request;
-            let taken_at_once = if request.is_shared() || request.fair || queued_attempts > 0 {
-                None
-            } else {
-                self.try_acquire(claim, interrupt)?
-            };
-            let attempt = if let Some(fencing_token) = taken_at_once {
-                Attempt::Acquired(fencing_token)
-            } else if request.is_shared() {
-                self.attempt_shared(claim, interrupt)?
-            } else {
-                // Waiters queue: a release hands the lock to the first of them, so a thread that
-                // releases and re-acquires in a loop cannot starve them. A fair waiter queues
-                // without trying first, so it never takes a free lock ahead of the queue.
-                queued_attempts += 1;
-                let sent = Instant::now();
-                let attempt = self.attempt_queued(claim, &keys, interrupt)?;
-                queued_at = Some(sent);
-                attempt
-            };
-            let retry_in = match attempt {
-                Attempt::Acquired(fencing_token) => {
-                    return Ok(Acquisition::for_claimed_ttl(fencing_token))
+        let mut last_failure;
+        let outcome = loop {
+            let retry_in = match self.attempt_waiting(claim, &keys, &mut waiter, interrupt) {
+                Ok(Step::Taken(acquisition)) => {
+                    break Ok(Acquisition {
+                        new_token: (waiter.token != claim.token).then(|| waiter.token.clone()),
+                        ..acquisition
+                    })
                 }
-                Attempt::Held { retry_in } => retry_in,
+                Ok(Step::Held { retry_in }) => {
+                    last_failure = None;
+                    retry_in
+                }
+                Err(error) if error.is_transient() => {
+                    if error.undo_sent() {
+                        waiter.renew_token(self, &keys, interrupt);
+                    }
+                    last_failure = Some(error);
+                    None
+                }
+                Err(error) => break Err(error),
             };
             let now = Instant::now();
             if now >= deadline {
-                return Err(LockError::NotAcquired {
-                    waited: now - started,
-                });
+                let waited = now - started;
+                break Err(last_failure.unwrap_or(LockError::NotAcquired { waited }));
             }
-            let pause = next_pause(self.subscriber.is_listening(), retry_in, &mut backoff);
-            interrupt.sleep_until((now + pause).min(deadline))?;
-        })();
-        if outcome.is_err() && queued_attempts > 0 {
+            let pause = match last_failure {
+                Some(_) => backoff.next_pause(),
+                None => next_pause(self.subscriber.is_listening(), retry_in, &mut backoff),
+            };
+            if let Err(interrupted) = interrupt.sleep_until((now + pause).min(deadline)) {
+                break Err(interrupted);
+            }
+        };
+        if outcome.is_err() && waiter.queued_attempts > 0 {
             // Leave the queue (and pass on a lock handed to us meanwhile), whatever happened.
-            let _ = self.leave(&keys, claim.token);
+            let _ = self.leave(&keys, &waiter.token, &claim.request);
         }
         outcome
     }
 
+    /// One attempt of a wait: a lock handed over meanwhile, else the first attempt (which takes
+    /// a free lock ahead of the queue, unless fair), else a queued one. Waiters queue: a release
+    /// hands the lock to the first of them, so a thread that releases and re-acquires in a loop
+    /// cannot starve them.
+    fn attempt_waiting(
+        &self,
+        claim: &Claim,
+        keys: &LockKeys,
+        waiter: &mut Waiter,
+        interrupt: &Interrupt,
+    ) -> Result<Step, LockError> {
+        let request = &claim.request;
+        let mine = Claim {
+            key: claim.key,
+            token: &waiter.token,
+            request: *request,
+        };
+        if let Some(handed) = waiter
+            .queued_at
+            .and_then(|at| handed_over(&mine, at, interrupt))
+        {
+            return Ok(Step::Taken(handed));
+        }
+        if !request.fair && waiter.queued_attempts == 0 {
+            if let Some(fencing_token) = self.try_acquire(&mine, interrupt)? {
+                return Ok(Step::Taken(Acquisition::for_claimed_ttl(fencing_token)));
+            }
+        }
+        waiter.queued_attempts += 1;
+        let sent = Instant::now();
+        let again = waiter.queued;
+        let attempt = self.attempt_queued(&mine, keys, again, interrupt)?;
+        Ok(match attempt {
+            // Taken by an attempt of a queued waiter: for the heartbeat at most (see wait.lua).
+            Attempt::Acquired(fencing_token) if again => {
+                let grant = request.ttl().min(HEARTBEAT);
+                Step::Taken(Acquisition {
+                    expires_early: (grant < request.ttl()).then_some(sent + grant),
+                    ..Acquisition::for_claimed_ttl(fencing_token)
+                })
+            }
+            Attempt::Acquired(fencing_token) => {
+                Step::Taken(Acquisition::for_claimed_ttl(fencing_token))
+            }
+            Attempt::Held { retry_in } => {
+                waiter.queued = true;
+                waiter.queued_at = Some(sent);
+                Step::Held { retry_in }
+            }
+            Attempt::NotQueued => {
+                waiter.queued = false;
+                Step::Held { retry_in: None }
+            }
+        })
+    }
+
+    /// A queued attempt. `queued`: the waiter is in the queue already; then the attempt changes
+    /// nothing unless it still is, so a copy of it that Redis runs late is harmless: it needs no
+    /// undo, and a reply that never came costs the waiter neither its token nor its place.
     fn attempt_queued(
         &self,
         claim: &Claim,
         keys: &LockKeys,
+        queued: bool,
         interrupt: &Interrupt,
     ) -> Result<Attempt, LockError> {
         let ttl = claim.request.ttl_ms.to_string();
+        let limit = claim.request.limit.to_string();
         let heartbeat = HEARTBEAT_MS.as_bytes();
         let channel = self.subscriber.own_channel();
-        let args: [&[u8]; 4] = [
+        let args: [&[u8]; 6] = [
             claim.token.as_bytes(),
             ttl.as_bytes(),
             heartbeat,
             channel.as_deref().unwrap_or_default(),
+            if queued { b"1" } else { b"0" },
+            limit.as_bytes(),
         ];
+        let (wait, leave, leave_len) = queue_scripts(&claim.request);
         let undo = |conn: &mut redis::Connection| {
-            LEAVE.send_after(conn, &keys.all(), &[claim.token.as_bytes(), heartbeat]);
+            let leave_args = [claim.token.as_bytes(), heartbeat, limit.as_bytes()];
+            leave.send_after(conn, &keys.all(), &leave_args[..leave_len]);
         };
-        let reply = self.round_trip(interrupt, Some(&undo), |conn, _| {
-            WAIT.run::<Vec<i64>>(conn, &keys.all(), &args)
+        let wait_args = if claim.request.is_shared() {
+            &args[..]
+        } else {
+            &args[..5]
+        };
+        let undo = (!queued).then_some(&undo as Undo);
+        let reply = self.round_trip(interrupt, undo, |conn, _| {
+            wait.run::<Vec<i64>>(conn, &keys.all(), wait_args)
         })?;
         Ok(attempt_from(&reply))
     }
 
     fn attempt_shared(&self, claim: &Claim, interrupt: &Interrupt) -> Result<Attempt, LockError> {
-        let redis_key = self.redis_key(claim.key);
+        let keys = self.keys.lock_keys(claim.key);
         let ttl = claim.request.ttl_ms.to_string();
         let limit = claim.request.limit.to_string();
         let args: [&[u8]; 3] = [claim.token.as_bytes(), ttl.as_bytes(), limit.as_bytes()];
         let undo = |conn: &mut redis::Connection| {
-            RELEASE_SHARED.send_after(conn, &[&redis_key], &[claim.token.as_bytes()]);
+            let release_args = [
+                claim.token.as_bytes(),
+                HEARTBEAT_MS.as_bytes(),
+                limit.as_bytes(),
+            ];
+            RELEASE_SHARED.send_after(conn, &keys.all(), &release_args);
         };
         let reply = self.round_trip(interrupt, Some(&undo), |conn, _| {
-            ACQUIRE_SHARED.run::<Vec<i64>>(conn, &[&redis_key, self.keys.fencing_counter()], &args)
+            ACQUIRE_SHARED.run::<Vec<i64>>(conn, &keys.all(), &args)
         })?;
         Ok(attempt_from(&reply))
     }
 
     /// Leaves the queue of `keys` for good, to completion (even while Ruby interrupts us).
-    fn leave(&self, keys: &LockKeys, token: &str) -> Result<(), LockError> {
-        let args: [&[u8]; 2] = [token.as_bytes(), HEARTBEAT_MS.as_bytes()];
+    fn leave(&self, keys: &LockKeys, token: &str, request: &Request) -> Result<(), LockError> {
+        let limit = request.limit.to_string();
+        let args: [&[u8]; 3] = [token.as_bytes(), HEARTBEAT_MS.as_bytes(), limit.as_bytes()];
+        let (_, leave, args_len) = queue_scripts(request);
         self.round_trip(&Interrupt::for_current_thread(), None, |conn, _| {
-            LEAVE.run::<Value>(conn, &keys.all(), &args)
+            leave.run::<Value>(conn, &keys.all(), &args[..args_len])
         })
         .map(|_| ())
     }
@@ -269,14 +405,15 @@ impl LockCore {
         interrupt: &Interrupt,
     ) -> Result<bool, LockError> {
         let keys = self.keys.lock_keys(key);
+        let limit = limit.to_string();
+        let (script, args_len) = if limit != "1" {
+            (&*RELEASE_SHARED, 3)
+        } else {
+            (&*RELEASE, 2)
+        };
+        let args: [&[u8]; 3] = [token.as_bytes(), HEARTBEAT_MS.as_bytes(), limit.as_bytes()];
         self.round_trip(interrupt, None, |conn, _| {
-            if limit > 1 {
-                return RELEASE_SHARED
-                    .run::<i64>(conn, &[&keys.lock], &[token.as_bytes()])
-                    .map(|released| released == 1);
-            }
-            let args: [&[u8]; 2] = [token.as_bytes(), HEARTBEAT_MS.as_bytes()];
-            match RELEASE.run::<Value>(conn, &keys.all(), &args)? {
+            match script.run::<Value>(conn, &keys.all(), &args[..args_len])? {
                 Value::Int(released) => Ok(released == 1),
                 handed => {
                     let message = Vec::<u8>::from_redis_value(handed)?;
@@ -333,9 +470,9 @@ impl LockCore {
         })
     }
 
-    /// Runs `command` on a pooled connection. After a dropped connection it retries once on
-    /// another, and keeps retrying while it only meets pooled connections that went stale
-    /// (Redis restarted since they were last used), at most once per pooled connection. When
+    /// Runs `command` on a pooled connection. A connection found dead before any reply (EOF,
+    /// reset, broken pipe) is replaced and the command sent again, as often as the pool has
+    /// connections, plus once: every command here is safe to repeat with the same token. When
     /// the reply was cut short (interrupt, timeout) the command may still run: `undo` is then
     /// sent on the same connection, so that Redis runs it after the command, never before.
     fn round_trip<T>(
@@ -351,10 +488,7 @@ impl LockCore {
             let mut conn = self.pool.checkout(interrupt)?;
             interrupt.check()?;
             let error = match command(&mut conn.redis, attempt) {
-                Ok(value) => {
-                    conn.reused = true;
-                    return Ok(value);
-                }
+                Ok(value) => return Ok(value),
                 Err(error) => error,
             };
             let failure = classify(error, undo.is_some(), interrupt.takes_signals_to_ruby());
@@ -363,15 +497,20 @@ impl LockCore {
                 undo(&mut conn.redis);
             }
             match failure {
-                Failure::Dropped(_) if attempt == 0 || (conn.reused && attempt < retry_limit) => {
+                // Any pooled connection may have died while idle (a restart, CLIENT KILL, a
+                // server or load balancer timeout), used before or not.
+                Failure::Dropped(_) if attempt < retry_limit => {
                     attempt += 1;
                 }
                 Failure::Signalled(_) if stray_signals < STRAY_SIGNAL_RETRIES => {
                     stray_signals += 1;
                     attempt += 1;
                 }
-                Failure::Dropped(error) | Failure::Signalled(error) | Failure::Unusable(error) => {
-                    return Err(self.connection_error(&error));
+                Failure::Dropped(error) | Failure::Signalled(error) => {
+                    return Err(self.connection_error(&error, false));
+                }
+                Failure::Unusable(error) => {
+                    return Err(self.connection_error(&error, undo.is_some()));
                 }
                 Failure::Interrupted => return Err(LockError::Interrupted),
                 Failure::Refused(error) => return Err(refusal(self.pool.addr(), &error)),
@@ -379,17 +518,21 @@ impl LockCore {
         }
     }
 
-    fn connection_error(&self, error: &RedisError) -> LockError {
-        if !error.is_timeout() {
-            return LockError::connection(self.pool.addr(), error);
-        }
-        LockError::Connection {
-            addr: self.pool.addr().to_owned(),
-            cause: format!(
+    /// `undone`: an undo of the command was sent after it.
+    fn connection_error(&self, error: &RedisError, undone: bool) -> LockError {
+        let cause = if error.is_timeout() {
+            format!(
                 "no reply within read_timeout ({:.3}s)",
                 self.pool.settings().read_timeout.as_secs_f64()
-            ),
-            timed_out: true,
+            )
+        } else {
+            error.to_string()
+        };
+        LockError::Connection {
+            addr: self.pool.addr().to_owned(),
+            cause,
+            timed_out: error.is_timeout(),
+            undone,
         }
     }
 }
@@ -405,6 +548,47 @@ fn handed_over(claim: &Claim, queued_at: Instant, interrupt: &Interrupt) -> Opti
         HandedOver::Trusted { expires_early } => Some(Acquisition {
             fencing_token,
             expires_early: expires_early.map(|after| queued_at + after),
+            new_token: None,
         }),
+    }
+}
+
+/// The scripts of a queued attempt and of leaving the queue, and how many ARGV leaving takes.
+fn queue_scripts(request: &Request) -> (&'static LuaScript, &'static LuaScript, usize) {
+    if request.is_shared() {
+        (&WAIT_SHARED, &LEAVE_SHARED, 3)
+    } else {
+        (&WAIT, &LEAVE, 2)
+    }
+}
+
+/// What one attempt of a wait came to.
+enum Step {
+    Taken(Acquisition),
+    Held { retry_in: Option<Duration> },
+}
+
+/// A waiting thread's state across its attempts.
+struct Waiter {
+    /// The token it acquires with (the claim's, until an attempt had to be undone).
+    token: String,
+    registration: Registration,
+    queued_attempts: u32,
+    /// Its last queued attempt left it in the queue.
+    queued: bool,
+    /// When the last attempt that left us queued was sent: a hand-off came after it.
+    queued_at: Option<Instant>,
+}
+
+impl Waiter {
+    /// Goes on with a fresh token: the undo of the attempt just cut short may still reach Redis
+    /// after a later attempt, and must find nothing of this token's to undo.
+    fn renew_token(&mut self, core: &LockCore, keys: &LockKeys, interrupt: &Interrupt) {
+        self.token = uuid::Uuid::new_v4().hyphenated().to_string();
+        self.registration = core
+            .subscriber
+            .register(&keys.lock, &self.token, interrupt.waker());
+        self.queued = false;
+        self.queued_at = None;
     }
 }

@@ -7,7 +7,7 @@
 //! is dropped, never handed to the next caller.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use r2d2::ManageConnection;
@@ -42,20 +42,22 @@ pub struct Conn {
     pub redis: redis::Connection,
     /// Set after a timeout, an interrupt or a protocol surprise: drop instead of reuse.
     pub poisoned: bool,
-    /// True once a command succeeded on it; a failure on a reused connection may just mean
-    /// Redis restarted since, and is worth one retry on a fresh connection.
-    pub reused: bool,
 }
 
 /// Whether Redis answered our last connection attempt.
 #[derive(Default)]
 struct Health {
     failed_connects: AtomicU64,
+    /// How many of `failed_connects` a waiting checkout has reported: each failed connect is
+    /// reported to one caller, not to every thread waiting for a connection.
+    reported_failures: AtomicU64,
     down: AtomicBool,
     /// Why the last connection attempt failed, and how.
     last_failure: Mutex<(String, ConnectFailure)>,
     /// Checkouts waiting for a connection right now.
     waiting: AtomicU32,
+    /// Redis's `maxmemory-policy`, read on the first connection ("" when Redis would not say).
+    maxmemory_policy: OnceLock<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Default)]
@@ -118,7 +120,6 @@ impl ManageConnection for Manager {
         connected.map(|redis| Conn {
             redis,
             poisoned: false,
-            reused: false,
         })
     }
 
@@ -212,6 +213,41 @@ impl Pool {
     /// `pool_timeout`. Fails with `Connection` as soon as Redis refuses new connections.
     pub fn checkout(&self, interrupt: &Interrupt) -> Result<PooledConn, LockError> {
         let process = self.process_pool();
+        let mut conn = self.checkout_from(&process, interrupt)?;
+        if process.health.maxmemory_policy.get().is_none() {
+            self.read_maxmemory_policy(&process.health, &mut conn)?;
+        }
+        Ok(conn)
+    }
+
+    /// On this process's first checkout: Redis's `maxmemory-policy`, on the caller's connection
+    /// (a round trip once per process and pool, never per lock cycle).
+    fn read_maxmemory_policy(
+        &self,
+        health: &Health,
+        conn: &mut PooledConn,
+    ) -> Result<(), LockError> {
+        match read_maxmemory_policy(&mut conn.redis) {
+            Ok(policy) => {
+                let _ = health.maxmemory_policy.set(policy);
+                Ok(())
+            }
+            Err(error) => {
+                conn.poisoned = true;
+                // A signal cut it short: back to Ruby, which raises or resumes the call.
+                match is_signalled(&error) {
+                    true => Err(LockError::Interrupted),
+                    false => Err(LockError::connection(&self.addr, error)),
+                }
+            }
+        }
+    }
+
+    fn checkout_from(
+        &self,
+        process: &ProcessPool,
+        interrupt: &Interrupt,
+    ) -> Result<PooledConn, LockError> {
         if let Some(conn) = process.pool.try_get() {
             return Ok(conn);
         }
@@ -226,8 +262,7 @@ impl Pool {
                 return Ok(conn);
             }
             let waited = started.elapsed();
-            let failed_for_us =
-                process.health.failed_connects.load(Ordering::Acquire) > failures_before;
+            let failed_for_us = process.health.take_failure_since(failures_before);
             let known_down = process.health.down.load(Ordering::Acquire)
                 && waited >= self.settings.connect_timeout;
             if failed_for_us || known_down {
@@ -256,8 +291,14 @@ impl Pool {
                 addr,
                 cause,
                 timed_out: failure == ConnectFailure::TimedOut,
+                undone: false,
             },
         }
+    }
+
+    /// Redis's `maxmemory-policy` ("" when it would not say), once this process has connected.
+    pub fn maxmemory_policy(&self) -> Option<String> {
+        self.process_pool().health.maxmemory_policy.get().cloned()
     }
 
     /// Connections open in this process and how many of them are idle.
@@ -300,6 +341,20 @@ fn connector_threads() -> Arc<ScheduledThreadPool> {
     CONNECTORS.get_or_create(create).0
 }
 
+impl Health {
+    /// Claims one connect that failed after `since` (a count of `failed_connects`) and that no
+    /// other checkout has reported yet.
+    fn take_failure_since(&self, since: u64) -> bool {
+        let failed = self.failed_connects.load(Ordering::Acquire);
+        self.reported_failures
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |reported| {
+                let next = reported.max(since) + 1;
+                (next <= failed).then_some(next)
+            })
+            .is_ok()
+    }
+}
+
 /// Counts a checkout as waiting while it lives.
 struct WaitingCheckout<'a>(&'a Health);
 
@@ -313,6 +368,20 @@ impl<'a> WaitingCheckout<'a> {
 impl Drop for WaitingCheckout<'_> {
     fn drop(&mut self) {
         self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// `CONFIG GET maxmemory-policy`; "" when Redis refuses it (managed services rename or forbid
+/// CONFIG). An I/O error fails the connection it was read on.
+fn read_maxmemory_policy(redis: &mut redis::Connection) -> Result<String, RedisError> {
+    let reply = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query::<Vec<String>>(redis);
+    match reply {
+        Ok(pair) => Ok(pair.get(1).cloned().unwrap_or_default()),
+        Err(error) if error.code().is_some() => Ok(String::new()),
+        Err(error) => Err(error),
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::RedisError;
 
-use crate::error::LockError;
+use crate::error::{LockError, Unavailable};
 
 /// A fencing token: a number, issued with each acquisition, that only grows for a key.
 pub type FencingToken = u64;
@@ -29,10 +29,35 @@ pub enum Failure {
 }
 
 impl Failure {
-    /// Whether the connection can serve the next caller.
+    /// Whether the connection can serve the next caller: not after an I/O failure, nor once
+    /// Redis said it is the wrong server to ask (a replica, loading, full).
     pub fn keeps_connection(&self) -> bool {
-        matches!(self, Failure::Refused(_))
+        match self {
+            Failure::Refused(error) => !matches!(
+                unavailable(error),
+                Some(Unavailable::ReadOnly | Unavailable::Loading | Unavailable::TooManyClients)
+            ),
+            _ => false,
+        }
     }
+}
+
+/// Why Redis cannot serve us now, when its reply says so.
+pub fn unavailable(error: &RedisError) -> Option<Unavailable> {
+    match error.code() {
+        Some("READONLY" | "MASTERDOWN") => Some(Unavailable::ReadOnly),
+        Some("LOADING") => Some(Unavailable::Loading),
+        Some("CLUSTERDOWN" | "TRYAGAIN") => Some(Unavailable::ClusterDown),
+        _ if error.to_string().contains("max number of clients reached") => {
+            Some(Unavailable::TooManyClients)
+        }
+        _ => None,
+    }
+}
+
+/// MOVED, ASK or CROSSSLOT: a Cluster node answered.
+fn is_cluster_redirect(error: &RedisError) -> bool {
+    matches!(error.code(), Some("MOVED" | "ASK" | "CROSSSLOT"))
 }
 
 /// `undoable`: the command has an undo (an acquire). Cut short by any signal, it is undone and
@@ -85,15 +110,32 @@ pub fn is_refused_access(error: &RedisError) -> bool {
     is_authentication(error) || is_permission(error)
 }
 
+/// An error reply as Redis wrote it ("READONLY You can't write..."): redis-rs shows the codes it
+/// knows by names of its own ("ReadOnly: ...").
+fn reply_text(error: &RedisError) -> String {
+    match (error.code(), error.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => error.to_string(),
+    }
+}
+
 /// An error reply, by its code: each kind the caller can act on has its own error.
 pub fn refusal(addr: &str, error: &RedisError) -> LockError {
-    let (addr, reply) = (addr.to_owned(), error.to_string());
+    let (addr, reply) = (addr.to_owned(), reply_text(error));
     if is_authentication(error) {
         LockError::Authentication { addr, cause: reply }
     } else if is_permission(error) {
         LockError::Permission { addr, reply }
     } else if error.code() == Some("OOM") {
         LockError::OutOfMemory { addr, reply }
+    } else if let Some(reason) = unavailable(error) {
+        LockError::Unavailable {
+            addr,
+            reply,
+            reason,
+        }
+    } else if is_cluster_redirect(error) {
+        LockError::Cluster { addr, reply }
     } else {
         LockError::Server { addr, reply }
     }
@@ -107,13 +149,16 @@ pub enum Attempt {
     Held {
         retry_in: Option<Duration>,
     },
+    /// A waiter that was queued is not any more (its place lapsed): it must queue anew.
+    NotQueued,
 }
 
 /// The reply of the queue and semaphore scripts: `{1, fencing token}` acquired; `{0, ms}` held,
-/// expiring on its own in `ms` (negative: unknown).
+/// expiring on its own in `ms` (negative: unknown); `{-1, 0}` no longer queued.
 pub fn attempt_from(reply: &[i64]) -> Attempt {
     match reply {
         [1, fencing_token, ..] => Attempt::Acquired(*fencing_token as FencingToken),
+        [-1, ..] => Attempt::NotQueued,
         [_, ms, ..] if *ms >= 0 => Attempt::Held {
             retry_in: Some(Duration::from_millis(*ms as u64 + 1)),
         },
@@ -167,7 +212,39 @@ mod tests {
             let name = format!("{error:?}");
             assert!(name.starts_with(expected), "{text} -> {name}");
             assert!(error.to_string().contains("127.0.0.1:1"), "{error}");
+            let code = text.split(' ').next().unwrap();
+            assert!(error.to_string().contains(code), "{error} names {code}");
         }
+    }
+
+    #[test]
+    fn a_replica_a_loading_or_a_full_redis_loses_the_connection_other_refusals_keep_it() {
+        for text in [
+            "READONLY x",
+            "MASTERDOWN x",
+            "LOADING x",
+            "ERR max number of clients reached",
+        ] {
+            assert!(
+                !classify(reply(text), false, false).keeps_connection(),
+                "{text}"
+            );
+        }
+        for text in [
+            "WRONGTYPE x",
+            "OOM x",
+            "NOPERM x",
+            "CLUSTERDOWN x",
+            "MOVED 1 h:1",
+        ] {
+            assert!(
+                classify(reply(text), false, false).keeps_connection(),
+                "{text}"
+            );
+        }
+        assert!(refusal("a", &reply("LOADING x")).is_transient());
+        assert!(!refusal("a", &reply("MOVED 1 h:1")).is_transient());
+        assert!(!refusal("a", &reply("NOPERM x")).is_transient());
     }
 
     #[test]
@@ -231,6 +308,7 @@ mod tests {
         };
         assert_eq!(attempt_from(&[0, 250]), held);
         assert_eq!(attempt_from(&[0, -2]), Attempt::Held { retry_in: None });
+        assert_eq!(attempt_from(&[-1, 0]), Attempt::NotQueued);
         assert_eq!(attempt_from(&[]), Attempt::Held { retry_in: None });
     }
 }

@@ -83,16 +83,22 @@ fn preamble() -> String {
     format!("local CHANNEL_PREFIX = '{prefix}'\nlocal FENCING_SEEDED = {SEEDED}")
 }
 
-const TIME: &str = include_str!("lua/shared/time.lua");
-const FENCING: &str = include_str!("lua/shared/fencing.lua");
-const PUBLISH: &str = include_str!("lua/shared/publish.lua");
-/// The queue helpers, with what they call: every plain-lock script that may hand the lock on.
+/// The fencing counter, with what it calls.
+const FENCING: &str = concat!(
+    include_str!("lua/shared/int.lua"),
+    include_str!("lua/shared/time.lua"),
+    include_str!("lua/shared/fencing.lua"),
+);
+/// The queue helpers, with what they call: every script that may hand a lock on.
 const QUEUE: &str = concat!(
+    include_str!("lua/shared/int.lua"),
     include_str!("lua/shared/time.lua"),
     include_str!("lua/shared/fencing.lua"),
     include_str!("lua/shared/publish.lua"),
     include_str!("lua/shared/queue.lua"),
 );
+/// The semaphore helpers, after the queue's.
+const SEMAPHORE: &str = include_str!("lua/shared/semaphore.lua");
 
 /// What the uncontended acquire found.
 pub enum Acquired {
@@ -170,21 +176,23 @@ macro_rules! script {
     };
 }
 
-script!(ACQUIRE, [TIME, FENCING], "acquire.lua");
-script!(SEED, [TIME, FENCING], "seed.lua");
+script!(ACQUIRE, [FENCING], "acquire.lua");
+script!(SEED, [FENCING], "seed.lua");
 script!(WAIT, [QUEUE], "wait.lua");
 script!(RELEASE, [QUEUE], "release.lua");
 script!(LEAVE, [QUEUE], "leave.lua");
 script!(REFRESH, [], "refresh.lua");
-script!(ACQUIRE_SHARED, [TIME, FENCING], "acquire_shared.lua");
-script!(REFRESH_SHARED, [TIME], "refresh_shared.lua");
-script!(RELEASE_SHARED, [PUBLISH], "release_shared.lua");
+script!(ACQUIRE_SHARED, [QUEUE, SEMAPHORE], "acquire_shared.lua");
+script!(WAIT_SHARED, [QUEUE, SEMAPHORE], "wait_shared.lua");
+script!(RELEASE_SHARED, [QUEUE, SEMAPHORE], "release_shared.lua");
+script!(LEAVE_SHARED, [QUEUE, SEMAPHORE], "leave_shared.lua");
+script!(REFRESH_SHARED, [QUEUE, SEMAPHORE], "refresh_shared.lua");
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn all() -> [&'static LuaScript; 9] {
+    fn all() -> [&'static LuaScript; 11] {
         [
             &ACQUIRE,
             &SEED,
@@ -193,8 +201,10 @@ mod tests {
             &LEAVE,
             &REFRESH,
             &ACQUIRE_SHARED,
-            &REFRESH_SHARED,
+            &WAIT_SHARED,
             &RELEASE_SHARED,
+            &LEAVE_SHARED,
+            &REFRESH_SHARED,
         ]
     }
 
@@ -211,13 +221,23 @@ mod tests {
     #[test]
     fn every_helper_a_script_calls_is_defined_before_its_first_call() {
         let helpers = [
+            "int",
             "now_us",
             "now_ms",
             "next_fencing_token",
             "publish",
-            "live_head",
+            "live_waiter",
             "dequeue",
+            "live_head",
+            "live_ahead",
+            "join_queue",
+            "tell_new_holder",
             "release_lock",
+            "admit",
+            "holders",
+            "holds",
+            "first_expiry",
+            "hand_permit",
         ];
         for script in all() {
             let source = script.source();
@@ -243,6 +263,6 @@ mod tests {
         let mut hashes: Vec<&str> = all().iter().map(|s| s.sha1.as_str()).collect();
         hashes.sort();
         hashes.dedup();
-        assert_eq!(hashes.len(), 9);
+        assert_eq!(hashes.len(), 11);
     }
 }

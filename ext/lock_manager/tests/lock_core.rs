@@ -7,7 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use lock_manager::{
-    Claim, Interrupt, LockCore, LockError, LockSettings, PoolSettings, Renewal, Request,
+    Claim, Interrupt, KeySpace, LockCore, LockError, LockSettings, PoolSettings, Renewal, Request,
 };
 
 struct RedisServer {
@@ -230,7 +230,7 @@ fn a_waiter_handed_the_lock_takes_it_on_the_release_message_alone() {
         });
         let mut queued = || {
             redis::cmd("ZCARD")
-                .arg("t:k:queue")
+                .arg(KeySpace::new(b"t:").unwrap().lock_keys(b"k").queue)
                 .query::<i64>(&mut admin)
         };
         while queued().unwrap() != 1 {
@@ -467,6 +467,7 @@ fn fencing_tokens_grow_across_keys_expiry_waiters_and_a_lost_counter() {
     let second = take(b"f", "two", 10_000, 1);
     let other_key = take(b"g", "three", 10_000, 1);
     let shared = take(b"s", "four", 10_000, 2);
+    // One counter per hash slot: a key's numbers grow; a key first used later starts higher.
     assert!(first < second && second < other_key && other_key < shared);
 
     // A waiter handed the lock gets the next number when it takes it.
@@ -486,16 +487,22 @@ fn fencing_tokens_grow_across_keys_expiry_waiters_and_a_lost_counter() {
         assert!(core.release(b"f", "two", 1, &never()).unwrap());
         waiter.join().unwrap()
     });
-    assert!(waited > shared);
+    assert!(waited > second);
 
     // Redis restarted without persistence: the counter starts again from Redis's clock in µs,
     // above every number issued so far.
     let mut conn = server.client();
+    let counters: Vec<Vec<u8>> = redis::cmd("KEYS")
+        .arg("lock_manager:*:fencing")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(counters.len(), 3, "one per slot used: f, g, s");
     redis::cmd("DEL")
-        .arg("t:lock_manager:fencing_token")
+        .arg(&counters)
         .query::<()>(&mut conn)
         .unwrap();
-    let after_loss = take(b"h", "five", 10_000, 1);
+    assert!(core.release(b"f", "waiter", 1, &never()).unwrap());
+    let after_loss = take(b"f", "five", 10_000, 1);
     let now_us = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -505,7 +512,8 @@ fn fencing_tokens_grow_across_keys_expiry_waiters_and_a_lost_counter() {
         after_loss.abs_diff(now_us) < 60_000_000,
         "{after_loss} vs {now_us}"
     );
-    assert_eq!(take(b"i", "six", 10_000, 1), after_loss + 1);
+    assert!(core.release(b"f", "five", 1, &never()).unwrap());
+    assert_eq!(take(b"f", "six", 10_000, 1), after_loss + 1);
 }
 
 #[test]
@@ -513,9 +521,9 @@ fn a_lock_whose_fencing_token_is_refused_is_not_left_held_and_the_refusal_report
     let server = RedisServer::start();
     let core = core(&server.url(), 1);
     let mut admin = server.client();
-    let corrupt_counter = |admin: &mut redis::Connection| {
+    let corrupt_counter = |admin: &mut redis::Connection, key: &[u8]| {
         redis::cmd("SET")
-            .arg("t:lock_manager:fencing_token")
+            .arg(KeySpace::fencing_counter(&[b"t:", key].concat()))
             .arg("not a number")
             .query::<()>(admin)
             .unwrap();
@@ -539,17 +547,13 @@ fn a_lock_whose_fencing_token_is_refused_is_not_left_held_and_the_refusal_report
         );
     };
     // The first acquire of a core runs as one script: the counter fails it before the SET.
-    corrupt_counter(&mut admin);
+    corrupt_counter(&mut admin, b"by-script");
     refused(b"by-script");
     // Once a script ran, acquires are the SET NX + INCR pipeline: the SET it made is undone.
-    redis::cmd("DEL")
-        .arg("t:lock_manager:fencing_token")
-        .query::<()>(&mut admin)
-        .unwrap();
     assert!(core
         .try_acquire(&claim(b"warm", "w", 10_000, 1), &never())
         .unwrap()
         .is_some());
-    corrupt_counter(&mut admin);
+    corrupt_counter(&mut admin, b"by-pipeline");
     refused(b"by-pipeline");
 }

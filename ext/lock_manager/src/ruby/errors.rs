@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use magnus::{exception::ExceptionClass, prelude::*, value::Opaque, Error, RModule, RString, Ruby};
 
-use crate::error::LockError;
+use crate::error::{LockError, Unavailable};
 
 /// Longest part of a key quoted in a message: keys may be megabytes of binary.
 const KEY_PREVIEW_CHARS: usize = 120;
@@ -21,6 +21,12 @@ struct Classes {
     permission: Opaque<ExceptionClass>,
     out_of_memory: Opaque<ExceptionClass>,
     pool_timeout: Opaque<ExceptionClass>,
+    read_only: Opaque<ExceptionClass>,
+    loading: Opaque<ExceptionClass>,
+    cluster_down: Opaque<ExceptionClass>,
+    too_many_clients: Opaque<ExceptionClass>,
+    cluster: Opaque<ExceptionClass>,
+    already_held: Opaque<ExceptionClass>,
 }
 
 static CLASSES: OnceLock<Classes> = OnceLock::new();
@@ -39,6 +45,12 @@ pub fn init(lock_manager: RModule) -> Result<(), Error> {
         permission: class("PermissionError")?,
         out_of_memory: class("OutOfMemoryError")?,
         pool_timeout: class("PoolTimeout")?,
+        read_only: class("ReadOnlyError")?,
+        loading: class("LoadingError")?,
+        cluster_down: class("ClusterDownError")?,
+        too_many_clients: class("TooManyClientsError")?,
+        cluster: class("ClusterError")?,
+        already_held: class("AlreadyHeld")?,
     };
     let _ = CLASSES.set(classes);
     Ok(())
@@ -68,6 +80,14 @@ pub fn for_key_bytes(ruby: &Ruby, error: LockError, key: &[u8]) -> Error {
         LockError::Permission { .. } => c.permission,
         LockError::OutOfMemory { .. } => c.out_of_memory,
         LockError::PoolTimeout { .. } => c.pool_timeout,
+        LockError::Unavailable { reason, .. } => match reason {
+            Unavailable::ReadOnly => c.read_only,
+            Unavailable::Loading => c.loading,
+            Unavailable::ClusterDown => c.cluster_down,
+            Unavailable::TooManyClients => c.too_many_clients,
+        },
+        LockError::Cluster { .. } => c.cluster,
+        LockError::AlreadyHeld => c.already_held,
         LockError::NotAcquired { .. } => c.not_acquired,
         LockError::Server { .. }
         | LockError::Interrupted

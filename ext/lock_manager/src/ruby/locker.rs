@@ -13,6 +13,7 @@ use magnus::{
 
 use crate::error::LockError;
 use crate::gvl::{self, Interrupt};
+use crate::keys;
 use crate::lock::Lock;
 use crate::lock_core::{Acquisition, Claim, LockCore, LockSettings};
 use crate::pool::PoolSettings;
@@ -32,7 +33,15 @@ pub fn init(ruby: &Ruby, native: RModule) -> Result<(), Error> {
     class.define_method("lock", method!(NativeLocker::lock, 5))?;
     class.define_method("locked?", method!(NativeLocker::is_locked, 1))?;
     class.define_method("pool_state", method!(NativeLocker::pool_state, 0))?;
+    let policy = method!(NativeLocker::maxmemory_policy, 0);
+    class.define_method("maxmemory_policy", policy)?;
+    native.define_module_function("key_prefix_problem", function!(key_prefix_problem, 1))?;
     Ok(())
+}
+
+/// Why `prefix` cannot be a key prefix (it would reach the gem's own keys), or nil.
+fn key_prefix_problem(prefix: RString) -> Option<String> {
+    keys::prefix_problem(unsafe { prefix.as_slice() })
 }
 
 /// What `synchronize` did, as Ruby receives it: nil (taken by another; the block did not run),
@@ -166,6 +175,12 @@ impl NativeLocker {
         blocking(ruby, to_ruby, |i| rb_self.core.locked(&key_bytes, i))
     }
 
+    /// Redis's `maxmemory-policy` once this process has connected (nil before; "" when Redis
+    /// would not say).
+    fn maxmemory_policy(&self) -> Option<String> {
+        self.core.pool().maxmemory_policy()
+    }
+
     /// `[open, idle]` connections of this process's pool: for leak checks.
     fn pool_state(&self) -> (u32, u32) {
         self.core.pool().state()
@@ -196,8 +211,11 @@ fn request(
 
 /// Releases the lock after its block; whether it was held to the end. A release that fails
 /// cannot change what the block did: it comes back for the Ruby layer to log, never raised over
-/// the block's own outcome.
+/// the block's own outcome. A child forked inside the block leaves its parent's lock alone.
 fn finish(lock: &Lock) -> Outcome {
+    if !lock.is_here() {
+        return Outcome::Released { held: true };
+    }
     lock.stop_renewal();
     let released = gvl::without_gvl_to_completion(|i| lock.release(i));
     let lost_by_renewal = lock.is_lost();
@@ -223,6 +241,10 @@ fn acquire(
     request: &Request,
 ) -> Result<Option<(Vec<u8>, String, Acquisition)>, Error> {
     let key_bytes = copy_bytes(key);
+    if !request.is_shared() {
+        core.check_not_held(&key_bytes)
+            .map_err(|e| errors::for_key(ruby, e, key))?;
+    }
     let started = Instant::now();
     let deadline = request.deadline(started);
     let mut token = String::new();
@@ -243,7 +265,10 @@ fn acquire(
                 .map(Some),
         }
     })?;
-    Ok(acquired.map(|acquired| (key_bytes, token, acquired)))
+    Ok(acquired.map(|mut acquired| {
+        let token = acquired.new_token.take().unwrap_or(token);
+        (key_bytes, token, acquired)
+    }))
 }
 
 /// Runs `work` without the GVL until it finishes. When Ruby interrupts it, Ruby's own exception
