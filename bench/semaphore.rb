@@ -14,27 +14,30 @@ THREADS = 100
 HOLD = 0.001
 POOL_SIZE = 10
 
+# One acquisition: "done", or the class name of the error it raised.
+def turn(locker, limit)
+  locker.blocking_lock("crowd:#{limit}", limit: limit, timeout: 30) { sleep HOLD }
+  "done"
+rescue LockManager::Error => e
+  e.class.name
+end
+
 # One process's threads, each acquiring and releasing until the deadline.
-# @return [Hash] acquisitions and errors by class
+# @return [Hash{String => Integer}] "done" => acquisitions, and errors by class name
 def crowd(url, limit, deadline)
   locker = LockManager::Locker.new(redis_url: url, key_prefix: "bench:semaphore:", pool_size: POOL_SIZE)
   threads = Array.new(THREADS) do
     Thread.new do
-      done = 0
-      errors = Hash.new(0)
-      while Bench.now(Process::CLOCK_REALTIME) < deadline
-        begin
-          locker.blocking_lock("crowd:#{limit}", limit: limit, timeout: 30) { sleep HOLD }
-          done += 1
-        rescue LockManager::Error => e
-          errors[e.class.name] += 1
-        end
-      end
-      [done, errors]
+      counts = Hash.new(0)
+      counts[turn(locker, limit)] += 1 while Bench.now(Process::CLOCK_REALTIME) < deadline
+      counts
     end
   end
-  results = threads.map(&:value)
-  { acquisitions: results.sum(&:first), errors: results.map(&:last).reduce { |a, b| a.merge(b) { |_, x, y| x + y } } }
+  sum(threads.map(&:value))
+end
+
+def sum(counts)
+  counts.reduce(Hash.new(0)) { |total, one| total.merge(one) { |_, a, b| a + b } }
 end
 
 # @return [Array(Float, Hash)] acquisitions per second, and errors by class
@@ -54,8 +57,8 @@ def measure(url, limit)
 
     report
   end
-  errors = reports.map { |r| r[:errors] }.reduce { |a, b| a.merge(b) { |_, x, y| x + y } }
-  [reports.sum { |r| r[:acquisitions] } / SECONDS, errors]
+  total = sum(reports)
+  [total.delete("done").to_i / SECONDS, total]
 end
 
 url = Bench.redis_url
@@ -63,9 +66,11 @@ Bench.header(url)
 puts "#{PROCESSES} processes x #{THREADS} threads = #{PROCESSES * THREADS} blocking waiters on one key, " \
      "holding #{HOLD * 1000} ms, #{SECONDS} s per mode (pool_size #{POOL_SIZE})"
 plain, plain_errors = measure(url, 1)
-puts format("plain lock        %8.1f acquisitions/s   errors: %s", plain, plain_errors.inspect)
+puts format("plain lock        %<rate>8.1f acquisitions/s   errors: %<errors>s",
+            rate: plain, errors: plain_errors.inspect)
 shared, shared_errors = measure(url, 2)
-puts format("limit: 2          %8.1f acquisitions/s   errors: %s", shared, shared_errors.inspect)
+puts format("limit: 2          %<rate>8.1f acquisitions/s   errors: %<errors>s",
+            rate: shared, errors: shared_errors.inspect)
 ratio = shared / plain
-puts format("limit: 2 / plain  %8.2fx   wanted >= 0.5x, no PoolTimeout: %s", ratio,
-            ratio >= 0.5 && shared_errors.empty? ? "target met" : "target NOT met")
+puts format("limit: 2 / plain  %<ratio>8.2fx   wanted >= 0.5x, no PoolTimeout: %<verdict>s",
+            ratio: ratio, verdict: ratio >= 0.5 && shared_errors.empty? ? "target met" : "target NOT met")

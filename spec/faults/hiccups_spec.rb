@@ -52,7 +52,7 @@ RSpec.describe "Waiters ride out Redis hiccups" do
 
   [false, true].each do |fair|
     context(fair ? "fair: true" : "fair: false") do
-      it "#{50} queued waiters across a 1 s restart without persistence: every one gets the lock, none raises" do
+      it "50 queued waiters across a 1 s restart without persistence: every one gets the lock, none raises" do
         locker = locker_on(server, pool_size: 10)
         holder
         threads, entered = queue_behind_holder(locker, fair: fair)
@@ -63,7 +63,7 @@ RSpec.describe "Waiters ride out Redis hiccups" do
         expect(holder.release).to be(false)
       end
 
-      it "#{50} queued waiters across a 1.5 s DEBUG SLEEP (past read_timeout): all served#{", in order" if fair}" do
+      it "50 queued waiters across a 1.5 s DEBUG SLEEP (past read_timeout): all served#{", in order" if fair}" do
         locker = locker_on(server, pool_size: 10, read_timeout: 0.5)
         holder
         threads, entered = queue_behind_holder(locker, fair: fair)
@@ -72,7 +72,7 @@ RSpec.describe "Waiters ride out Redis hiccups" do
         expect_every_waiter_served(threads, entered, ordered: fair)
       end
 
-      it "#{50} queued waiters across 1.5 s of CLIENT PAUSE WRITE: all served#{", in order" if fair}" do
+      it "50 queued waiters across 1.5 s of CLIENT PAUSE WRITE: all served#{", in order" if fair}" do
         locker = locker_on(server, pool_size: 10, read_timeout: 0.5)
         holder
         threads, entered = queue_behind_holder(locker, fair: fair)
@@ -87,7 +87,7 @@ RSpec.describe "Waiters ride out Redis hiccups" do
   context "with --appendonly yes" do
     let(:server) { start_server(appendonly: true) }
 
-    it "#{50} fair waiters across a 1 s restart: the lock and the queue survive, all served in order" do
+    it "50 fair waiters across a 1 s restart: the lock and the queue survive, all served in order" do
       locker = locker_on(server, pool_size: 10)
       holder
       threads, entered = queue_behind_holder(locker, fair: true)
@@ -131,16 +131,19 @@ RSpec.describe "Waiters ride out Redis hiccups" do
     # @param thread [Integer] keeps each thread's keys its own
     def hundred_calls(locker, thread = 0)
       Array.new(100) do |i|
-        key = "#{thread}:#{i}"
-        case i % 5
-        when 0 then locker.nonblocking_lock("a#{key}") { :ran }.result
-        when 1 then locker.blocking_lock("b#{key}", timeout: 5) { :ran }
-        when 2 then locker.try_lock("c#{key}").release && :ran
-        when 3 then locker.nonblocking_lock("d#{key}", limit: 2) { :ran }.result
-        else locker.locked?("e#{key}") ? :held : :ran
-        end
+        call(locker, i % 5, "#{thread}:#{i}")
       rescue StandardError => e
         e
+      end
+    end
+
+    def call(locker, kind, key)
+      case kind
+      when 0 then locker.nonblocking_lock("a#{key}") { :ran }.result
+      when 1 then locker.blocking_lock("b#{key}", timeout: 5) { :ran }
+      when 2 then locker.try_lock("c#{key}").release && :ran
+      when 3 then locker.nonblocking_lock("d#{key}", limit: 2) { :ran }.result
+      else locker.locked?("e#{key}") ? :held : :ran
       end
     end
 

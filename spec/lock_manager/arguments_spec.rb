@@ -10,7 +10,7 @@ RSpec.describe "Bad input" do
 
   bad_keys = [nil, "", :"", 42, 1.5, [], {}, Object.new].freeze
   bad_timeouts = [0, -1, -0.5, 0.0, Float::NAN, Float::INFINITY, "30", nil, true, 2**70, Rational(-1, 2),
-                  (2**52 / 1000) + 1, 1e300, Rational(2**60)].freeze
+                  ((2**52) / 1000) + 1, 1e300, Rational(2**60)].freeze
 
   bad_keys.each do |key|
     it "rejects the key #{key.inspect} in every method" do

@@ -99,7 +99,7 @@ RSpec.describe "The keyspace" do
   # would write "1e+14") keeps its place and is handed the lock; Rationals and the largest timeout
   # work too.
   it "queues and hands over with the largest timeouts and with Rationals" do
-    [1e11, Rational(3, 2), 2**52 / 1000].each do |timeout|
+    [1e11, Rational(3, 2), (2**52) / 1000].each do |timeout|
       holder = locker.try_lock("big", timeout: 30)
       waiter = Thread.new { other.blocking_lock("big", timeout: timeout) { redis.pttl("#{prefix}big") } }
       eventually { redis.zcard(queue_key("#{prefix}big")) == 1 }
@@ -110,5 +110,27 @@ RSpec.describe "The keyspace" do
       expect(holder.release).to be(true)
       expect(waiter.value).to be > 0
     end
+  end
+
+  # During a rolling deploy, processes of the previous release lock the same keys. It took a lock
+  # with SET key token NX PX (and released it with a compare-and-delete of its own token): the
+  # lock key and its value are unchanged, so both exclude each other.
+  it "excludes, and is excluded by, a process of the previous release locking the same key" do
+    key = "#{prefix}deploy"
+    old_token = SecureRandom.uuid
+    expect(redis.set(key, old_token, nx: true, px: 30_000)).to be(true) # the previous release's acquire
+    expect(locker.nonblocking_lock("deploy") { :ran }.run?).to be(false)
+    expect(locker.try_lock("deploy")).to be_nil
+    waiter = Thread.new { locker.blocking_lock("deploy", timeout: 5) { redis.get(key) } }
+    sleep 0.3
+    expect(redis.get(key)).to eq(old_token) # never deleted or extended by this release
+    compare_and_delete = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+    expect(redis.eval(compare_and_delete, keys: [key], argv: [old_token])).to eq(1) # its release
+    ours = waiter.value
+    expect(ours).not_to eq(old_token)
+    held = locker.try_lock("deploy")
+    expect(redis.set(key, SecureRandom.uuid, nx: true, px: 30_000)).to be(false) # the old one is kept out
+    expect(redis.eval(compare_and_delete, keys: [key], argv: [old_token])).to eq(0)
+    expect(held.release).to be(true)
   end
 end

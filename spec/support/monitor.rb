@@ -58,12 +58,14 @@ class CommandRecorder
     raise "a lock cycle sent #{name}, which this recorder does not know: add it to a list above"
   end
 
+  ESCAPES = { "n" => "\n", "r" => "\r", "t" => "\t", "a" => "\a", "b" => "\b" }.freeze
+
   # The quoted words of a MONITOR line, unescaped to their bytes.
   def words(text)
     text.scan(/"((?:[^"\\]|\\.)*)"/m).map do |(word)|
       word.gsub(/\\x(\h\h)|\\(.)/m) do
-        Regexp.last_match(1) ? Regexp.last_match(1).hex.chr : { "n" => "\n", "r" => "\r", "t" => "\t",
-                                                                 "a" => "\a", "b" => "\b" }.fetch(Regexp.last_match(2), Regexp.last_match(2))
+        hex, char = Regexp.last_match.captures
+        hex ? hex.hex.chr : ESCAPES.fetch(char, char)
       end.b
     end
   end
