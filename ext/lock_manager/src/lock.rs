@@ -11,6 +11,7 @@ use std::time::Instant;
 use crate::error::LockError;
 use crate::gvl::Interrupt;
 use crate::lock_core::{Acquisition, LockCore};
+use crate::per_process::current_pid;
 use crate::renewal::{Lease, LeaseTerms};
 use crate::replies::FencingToken;
 use crate::request::{Renewal, Request};
@@ -64,7 +65,7 @@ impl Lock {
             fencing_token: acquired.fencing_token,
             request,
             lease,
-            pid: std::process::id(),
+            pid: current_pid(),
             holder,
             released: AtomicBool::new(false),
         }
@@ -84,7 +85,7 @@ impl Lock {
 
     /// Whether this process took it (false in a child forked while it was held).
     pub fn is_here(&self) -> bool {
-        self.pid == std::process::id()
+        self.pid == current_pid()
     }
 
     /// True once its lease found the lock lost (expired, taken by another, `max_hold` reached);

@@ -4,9 +4,29 @@
 //! threads do not exist in the child, its mutexes may be held forever, its sockets are the
 //! parent's. It forgets it instead (a small, one-off leak per fork).
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Once};
 
 use arc_swap::ArcSwapOption;
+
+/// This process's id, read once and again in every forked child (a `pthread_atfork` handler):
+/// asking the kernel on every lock cycle cost a system call each time.
+static PID: AtomicU32 = AtomicU32::new(0);
+static WATCH_FORKS: Once = Once::new();
+
+extern "C" fn forked_child() {
+    PID.store(std::process::id(), Ordering::Release);
+}
+
+/// The id of the calling process.
+pub fn current_pid() -> u32 {
+    WATCH_FORKS.call_once(|| {
+        PID.store(std::process::id(), Ordering::Release);
+        // SAFETY: registers a handler that only stores an integer (async-signal-safe).
+        unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
+    });
+    PID.load(Ordering::Acquire)
+}
 
 struct Owned<T> {
     pid: u32,
@@ -27,7 +47,7 @@ impl<T> PerProcess<T> {
     /// This process's value, built by `create` on first use here; `true` when this call built
     /// it (two threads racing to build it: one wins, both get the winner's value).
     pub fn get_or_create(&self, create: impl Fn() -> T) -> (Arc<T>, bool) {
-        let pid = std::process::id();
+        let pid = current_pid();
         loop {
             let current = self.current.load_full();
             if let Some(owned) = current.as_ref().filter(|owned| owned.pid == pid) {
@@ -53,7 +73,7 @@ impl<T> PerProcess<T> {
 
     /// This process's value, if it was built here.
     pub fn get(&self) -> Option<Arc<T>> {
-        let pid = std::process::id();
+        let pid = current_pid();
         self.current
             .load_full()
             .filter(|owned| owned.pid == pid)
@@ -68,7 +88,7 @@ impl<T> Drop for PerProcess<T> {
 }
 
 fn forget_if_inherited<T>(owned: Option<Arc<Owned<T>>>) {
-    if let Some(owned) = owned.filter(|owned| owned.pid != std::process::id()) {
+    if let Some(owned) = owned.filter(|owned| owned.pid != current_pid()) {
         std::mem::forget(owned);
     }
 }

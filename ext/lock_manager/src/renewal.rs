@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::gvl::{self, Interrupt};
 use crate::lock_core::LockCore;
-use crate::per_process::PerProcess;
+use crate::per_process::{current_pid, PerProcess};
 use crate::request::Request;
 
 /// How soon a renewal that failed (Redis unreachable) is tried again, at most.
@@ -126,7 +126,7 @@ impl Lease {
         Lease {
             state,
             renewer,
-            pid: std::process::id(),
+            pid: current_pid(),
         }
     }
 
@@ -138,7 +138,7 @@ impl Lease {
 
     /// Ends the renewal; the lock keeps the TTL it has. Idempotent.
     pub fn stop(&self) {
-        if self.state.stopped.swap(true, Ordering::AcqRel) || self.pid != std::process::id() {
+        if self.state.stopped.swap(true, Ordering::AcqRel) || self.pid != current_pid() {
             return;
         }
         if let Ok(mut schedule) = self.renewer.schedule.lock() {

@@ -21,10 +21,11 @@ end
 -- its process listens on ('' for none); waiters whose process stopped renewing their heartbeat
 -- are dropped on the way.
 local function live_head()
-  local now = now_ms()
+  local now -- read only when someone is queued: an uncontended release never asks for the time
   while true do
     local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
     if not head then return nil end
+    now = now or now_ms()
     local live, ttl, channel = live_waiter(head, now)
     if live then return head, ttl, channel end
     dequeue(head)
@@ -34,10 +35,11 @@ end
 -- How many live waiters are queued ahead of `token`, counting up to `limit` at most; waiters
 -- whose heartbeat ran out are dropped on the way.
 local function live_ahead(token, limit)
-  local now, ahead = now_ms(), 0
+  local now, ahead = nil, 0
   while ahead < limit do
     local waiter = redis.call('ZRANGE', KEYS[2], ahead, ahead)[1]
     if not waiter or waiter == token then return ahead end
+    now = now or now_ms()
     if live_waiter(waiter, now) then ahead = ahead + 1 else dequeue(waiter) end
   end
   return ahead
