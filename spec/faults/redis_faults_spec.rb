@@ -348,9 +348,10 @@ RSpec.describe "Redis faults" do
          "stays away, not LockNotAcquired; it leaves the queue" do
         locker = locker_on(server, pool_size: 1, read_timeout: 0.3, connect_timeout: 0.3, pool_timeout: 1)
         other = foreign_lock(server, "other")
-        foreign_lock(server, "w", timeout: 0.8)
+        foreign_lock(server, "w", timeout: 1.2)
         waiter = Thread.new { outcome_and_time { locker.blocking_lock("w", timeout: 1.5) { :ran } } }
-        eventually { admin.exists?(queue_key(key_of("w"))) } # it waits in the queue
+        # It waits in the queue (a waiter that ended already says why).
+        eventually { admin.exists?(queue_key(key_of("w"))) || (!waiter.alive? && raise("waiter: #{waiter.value}")) }
         stall(fault) # the holder's lock expires meanwhile: the waiter tries again, and gets no answer
         outcome = waiter.value
         state = locker.pool_state
