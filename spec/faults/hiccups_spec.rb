@@ -39,6 +39,18 @@ RSpec.describe "Waiters ride out Redis hiccups" do
     @holder ||= locker_on(server, pool_size: 1).try_lock("k", timeout: 30)
   end
 
+  # Waiters queue behind the holder, then redis-server is SIGKILLed and started again 1 s later.
+  # @return [Array(Array<Thread>, Queue)] as #queue_behind_holder
+  def queue_across_restart(fair:)
+    locker = locker_on(server, pool_size: 10)
+    holder
+    queued = queue_behind_holder(locker, fair: fair)
+    server.kill
+    sleep 1
+    server.start
+    queued
+  end
+
   # Every waiter entered its block (in arrival order when `ordered`), none raised, nothing is left.
   def expect_every_waiter_served(threads, entered, ordered:)
     values = threads.map { |thread| thread.join(40) && thread.value }
@@ -53,12 +65,8 @@ RSpec.describe "Waiters ride out Redis hiccups" do
   [false, true].each do |fair|
     context(fair ? "fair: true" : "fair: false") do
       it "50 queued waiters across a 1 s restart without persistence: every one gets the lock, none raises" do
-        locker = locker_on(server, pool_size: 10)
-        holder
-        threads, entered = queue_behind_holder(locker, fair: fair)
-        server.kill
-        sleep 1
-        server.start # the holder's lock and the queue are gone with the data: waiters queue anew
+        # The holder's lock and the queue are gone with the data: waiters queue anew.
+        threads, entered = queue_across_restart(fair: fair)
         expect_every_waiter_served(threads, entered, ordered: false)
         expect(holder.release).to be(false)
       end
@@ -88,12 +96,7 @@ RSpec.describe "Waiters ride out Redis hiccups" do
     let(:server) { start_server(appendonly: true) }
 
     it "50 fair waiters across a 1 s restart: the lock and the queue survive, all served in order" do
-      locker = locker_on(server, pool_size: 10)
-      holder
-      threads, entered = queue_behind_holder(locker, fair: true)
-      server.kill
-      sleep 1
-      server.start
+      threads, entered = queue_across_restart(fair: true)
       sleep 0.6 # every waiter has renewed its place since
       expect(holder.release).to be(true)
       expect_every_waiter_served(threads, entered, ordered: true)

@@ -215,14 +215,14 @@ impl Pool {
         let process = self.process_pool();
         let mut conn = self.checkout_from(&process, interrupt)?;
         if process.health.maxmemory_policy.get().is_none() {
-            self.read_maxmemory_policy(&process.health, &mut conn)?;
+            self.learn_maxmemory_policy(&process.health, &mut conn)?;
         }
         Ok(conn)
     }
 
     /// On this process's first checkout: Redis's `maxmemory-policy`, on the caller's connection
     /// (a round trip once per process and pool, never per lock cycle).
-    fn read_maxmemory_policy(
+    fn learn_maxmemory_policy(
         &self,
         health: &Health,
         conn: &mut PooledConn,
