@@ -108,6 +108,11 @@ fn slot_tag(slot: u16) -> Vec<u8> {
     [&b"{"[..], &SLOT_TAGS[usize::from(slot)], b"}"].concat()
 }
 
+/// The fencing counter of the slot whose hash tag (braces included) is `tag`.
+fn fencing_counter_of(tag: &[u8]) -> Vec<u8> {
+    [INTERNAL_PREFIX, tag, b":fencing"].concat()
+}
+
 /// The names of one Locker's keys: `key_prefix` + the key for a lock, and what hangs off it.
 #[derive(Clone)]
 pub struct KeySpace {
@@ -153,7 +158,7 @@ impl KeySpace {
     /// The fencing counter of the slot of the lock key `lock`: every acquisition of every key
     /// of that slot draws from it, so a key's tokens only grow.
     pub fn fencing_counter(lock: &[u8]) -> Vec<u8> {
-        [INTERNAL_PREFIX, &slot_tag(hash_slot(lock)), b":fencing"].concat()
+        fencing_counter_of(&slot_tag(hash_slot(lock)))
     }
 
     /// Every key a lock's queue scripts touch.
@@ -164,7 +169,7 @@ impl KeySpace {
         LockKeys {
             queue: internal(b":queue:"),
             waiters: internal(b":waiters:"),
-            fencing: [INTERNAL_PREFIX, &tag, b":fencing"].concat(),
+            fencing: fencing_counter_of(&tag),
             lock,
         }
     }

@@ -40,22 +40,21 @@ impl Lock {
         acquired: Acquisition,
         request: Request,
     ) -> Lock {
+        let taken = Instant::now();
         let lease = (request.renewal.is_on() || acquired.expires_early.is_some()).then(|| {
             Lease::start(LeaseTerms {
                 core: Arc::clone(core),
                 key: key.clone(),
                 token: token.clone(),
                 request,
-                taken: Instant::now(),
+                taken,
                 expires_early: acquired.expires_early,
             })
         });
         // Valid for its TTL, or renewed up to its cap (never past it); uncapped: until released.
-        let now = Instant::now();
         let until = match request.renewal {
-            Renewal::Off => Some(now + request.ttl()),
-            Renewal::Capped(cap) => Some(now + cap),
-            Renewal::UntilReleased => None,
+            Renewal::Off => Some(taken + request.ttl()),
+            renewed => renewed.hold_until(taken),
         };
         let holder = (!request.is_shared()).then(|| core.hold(&key, until));
         Lock {

@@ -56,7 +56,7 @@ struct Health {
     last_failure: Mutex<(String, ConnectFailure)>,
     /// Checkouts waiting for a connection right now.
     waiting: AtomicU32,
-    /// Redis's `maxmemory-policy`, read on the first connection ("" when Redis would not say).
+    /// Redis's `maxmemory-policy`, read on the first checkout ("" when Redis would not say).
     maxmemory_policy: OnceLock<String>,
 }
 

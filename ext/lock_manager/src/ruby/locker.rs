@@ -216,7 +216,6 @@ fn finish(lock: &Lock) -> Outcome {
     if !lock.is_here() {
         return Outcome::Released { held: true };
     }
-    lock.stop_renewal();
     let released = gvl::without_gvl_to_completion(|i| lock.release(i));
     let lost_by_renewal = lock.is_lost();
     match released {
@@ -241,14 +240,13 @@ fn acquire(
     request: &Request,
 ) -> Result<Option<(Vec<u8>, String, Acquisition)>, Error> {
     let key_bytes = copy_bytes(key);
+    let to_ruby = |e| errors::for_key(ruby, e, key);
     if !request.is_shared() {
-        core.check_not_held(&key_bytes)
-            .map_err(|e| errors::for_key(ruby, e, key))?;
+        core.check_not_held(&key_bytes).map_err(to_ruby)?;
     }
     let started = Instant::now();
     let deadline = request.deadline(started);
     let mut token = String::new();
-    let to_ruby = |e| errors::for_key(ruby, e, key);
     let acquired = blocking(ruby, to_ruby, |interrupt| {
         token = new_token();
         let claim = Claim {
