@@ -87,6 +87,10 @@ module LockManager
     end
   end
 
+  # Fewer than min_replicas replicas acknowledged an acquisition within replica_timeout: the lock
+  # was released again and not granted (a blocking wait keeps trying until its deadline).
+  class NotReplicated < Error; end
+
   # No pooled connection became free within pool_timeout.
   class PoolTimeout < Error; end
 end

@@ -28,7 +28,9 @@ module LockManager
     def initialize(**options)
       @settings = Configuration.check(LockManager.config.locker_options.merge(options)).freeze
       @native = Native::Locker.new(*@settings.values_at(:redis_url, :pool_size, :pool_timeout, :connect_timeout,
-                                                        :read_timeout, :retry_interval, :key_prefix))
+                                                        :read_timeout, :retry_interval, :key_prefix, :sentinels,
+                                                        :sentinel_master, :cluster, :min_replicas,
+                                                        :replica_timeout))
     end
 
     # Runs the block only if the lock is free right now. A block that takes an argument gets the
@@ -92,7 +94,9 @@ module LockManager
     end
 
     def settings
-      @settings.merge(redis_url: Arguments.redact(@settings[:redis_url]))
+      @settings.merge(redis_url: Arguments.redact(@settings[:redis_url]),
+                      sentinels: Arguments.redact_all(@settings[:sentinels]),
+                      cluster: Arguments.redact_all(@settings[:cluster]))
     end
 
     def inspect

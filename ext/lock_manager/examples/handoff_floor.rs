@@ -16,7 +16,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lock_manager::{
-    Claim, Interrupt, LockCore, LockError, LockSettings, PoolSettings, Renewal, Request,
+    Claim, Interrupt, LockCore, LockError, LockSettings, PoolSettings, Renewal, Request, Topology,
 };
 
 struct Workload {
@@ -46,6 +46,7 @@ fn main() -> Result<(), LockError> {
     let core = LockCore::new(LockSettings {
         pool: PoolSettings {
             redis_url: url.clone(),
+            topology: Topology::Standalone,
             pool_size: threads,
             pool_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
@@ -53,6 +54,7 @@ fn main() -> Result<(), LockError> {
         },
         key_prefix: b"lock:".to_vec(),
         retry_interval: Duration::from_millis(100),
+        replication: None,
     })?;
     let lines = thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)

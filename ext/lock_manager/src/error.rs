@@ -32,6 +32,14 @@ pub enum LockError {
     OutOfMemory { addr: String, reply: String },
     /// Every pooled connection stayed checked out for the whole `pool_timeout`.
     PoolTimeout { waited: Duration, size: u32 },
+    /// Fewer than `min_replicas` replicas acknowledged an acquisition within `replica_timeout`:
+    /// it was undone.
+    NotReplicated {
+        addr: String,
+        needed: u32,
+        reached: u32,
+        timeout: Duration,
+    },
     /// The lock stayed held by someone else until the deadline passed.
     NotAcquired { waited: Duration },
     /// The calling thread already holds this plain lock through this Locker: waiting for it
@@ -78,6 +86,7 @@ impl LockError {
             LockError::Connection { .. }
                 | LockError::Unavailable { .. }
                 | LockError::PoolTimeout { .. }
+                | LockError::NotReplicated { .. }
         )
     }
 
@@ -148,6 +157,17 @@ impl fmt::Display for LockError {
                 f,
                 "already held by this thread through this Locker (a plain lock is not re-entrant; \
                  limit: N counts each acquisition as a permit)"
+            ),
+            LockError::NotReplicated {
+                addr,
+                needed,
+                reached,
+                timeout,
+            } => write!(
+                f,
+                "acquired on {addr}, but {reached} of the {needed} replicas (min_replicas) \
+                 acknowledged it within replica_timeout ({:.3}s): released again, not granted",
+                timeout.as_secs_f64()
             ),
             LockError::NotAcquired { waited } => {
                 write!(f, "lock still held after {:.3}s", waited.as_secs_f64())

@@ -1,6 +1,7 @@
 //! Native core of the lock_manager gem. This file declares the modules and has each Ruby-facing
 //! one register itself under `LockManager::Native`.
 
+mod connector;
 mod error;
 mod gvl;
 mod keys;
@@ -11,6 +12,7 @@ mod pool;
 mod renewal;
 mod replies;
 mod request;
+mod router;
 mod ruby;
 pub mod scripts;
 mod subscriber;
@@ -21,8 +23,8 @@ pub use error::LockError;
 pub use gvl::Interrupt;
 pub use keys::KeySpace;
 pub use lock::Lock;
-pub use lock_core::{Acquisition, Claim, LockCore, LockSettings};
-pub use pool::PoolSettings;
+pub use lock_core::{Acquisition, Claim, LockCore, LockSettings, Replication};
+pub use pool::{PoolSettings, Topology};
 pub use request::{Renewal, Request};
 
 use magnus::{prelude::*, Error, Ruby};

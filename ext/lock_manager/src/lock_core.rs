@@ -12,9 +12,12 @@ use crate::error::LockError;
 use crate::gvl::Interrupt;
 use crate::keys::{KeySpace, LockKeys};
 use crate::per_process::PerProcess;
-use crate::pool::{Pool, PoolSettings, STRAY_SIGNAL_RETRIES};
-use crate::replies::{attempt_from, classify, refusal, Attempt, Failure, FencingToken};
+use crate::pool::{PoolSettings, STRAY_SIGNAL_RETRIES};
+use crate::replies::{
+    attempt_from, classify, cluster_redirect, refusal, Attempt, Failure, FencingToken, Redirect,
+};
 use crate::request::Request;
+use crate::router::Router;
 use crate::scripts::{
     self, Acquired, LuaScript, ACQUIRE, ACQUIRE_SHARED, LEAVE, LEAVE_SHARED, REFRESH,
     REFRESH_SHARED, RELEASE, RELEASE_SHARED, WAIT, WAIT_SHARED,
@@ -26,7 +29,21 @@ pub struct LockSettings {
     pub pool: PoolSettings,
     pub key_prefix: Vec<u8>,
     pub retry_interval: Duration,
+    /// Replicas that must acknowledge an acquisition before it counts (`WAIT`), if any.
+    pub replication: Option<Replication>,
 }
+
+/// `min_replicas` and `replica_timeout`.
+#[derive(Clone, Copy, Debug)]
+pub struct Replication {
+    pub replicas: u32,
+    pub timeout: Duration,
+}
+
+/// How often a round trip follows MOVED before it gives up (each one updates the slot map).
+const MOVED_LIMIT: u32 = 5;
+/// Pause before asking again a Cluster slot that is migrating (ASK, TRYAGAIN) or failing over.
+const CLUSTER_RETRY_PAUSE: Duration = Duration::from_millis(20);
 
 /// One acquisition: who (token), what (key, without the prefix), and what the call asks for.
 pub struct Claim<'a> {
@@ -36,7 +53,8 @@ pub struct Claim<'a> {
 }
 
 pub struct LockCore {
-    pool: Pool,
+    router: Router,
+    replication: Option<Replication>,
     subscriber: Subscriber,
     keys: KeySpace,
     /// Whether the Redis user may run our scripts, shown by one that ran. Until then acquires go
@@ -83,14 +101,15 @@ type Undo<'a> = &'a dyn Fn(&mut redis::Connection);
 impl LockCore {
     pub fn new(settings: LockSettings) -> Result<LockCore, LockError> {
         let keys = KeySpace::new(&settings.key_prefix).map_err(LockError::Argument)?;
-        let pool = Pool::new(settings.pool)?;
+        let router = Router::new(settings.pool)?;
         let subscriber = Subscriber::new(
-            pool.client().clone(),
+            router.listening_connector(),
             &keys,
-            pool.settings().connect_timeout,
+            router.settings().connect_timeout,
         );
         Ok(LockCore {
-            pool,
+            router,
+            replication: settings.replication.filter(|r| r.replicas > 0),
             subscriber,
             keys,
             scripts_allowed: AtomicBool::new(false),
@@ -99,8 +118,9 @@ impl LockCore {
         })
     }
 
-    pub fn pool(&self) -> &Pool {
-        &self.pool
+    /// The pools (one, or one per Cluster node).
+    pub fn pool(&self) -> &Router {
+        &self.router
     }
 
     /// Fails with `AlreadyHeld` when the calling thread holds the plain lock `key` through this
@@ -169,6 +189,20 @@ impl LockCore {
                     Attempt::Held { .. } | Attempt::NotQueued => None,
                 });
         }
+        let (taken, acknowledged) = self.acquire_plain(claim, interrupt)?;
+        if taken.is_some() {
+            self.check_replicated(claim, acknowledged)?;
+        }
+        Ok(taken)
+    }
+
+    /// `try_acquire` of a plain lock, and how many replicas acknowledged it (with
+    /// `min_replicas`).
+    fn acquire_plain(
+        &self,
+        claim: &Claim,
+        interrupt: &Interrupt,
+    ) -> Result<(Option<FencingToken>, Option<u32>), LockError> {
         let redis_key = self.redis_key(claim.key);
         let counter = KeySpace::fencing_counter(&redis_key);
         let ttl = claim.request.ttl_ms.to_string();
@@ -178,19 +212,29 @@ impl LockCore {
         };
         let scripts_allowed = self.scripts_allowed.load(Ordering::Acquire);
         // Re-sent after a dropped connection, it succeeds if the first one took the lock.
-        self.round_trip(interrupt, Some(&undo), |conn, attempt| {
-            if !scripts_allowed {
+        self.round_trip(&redis_key, interrupt, Some(&undo), |conn, attempt| {
+            // A slot that is migrating: the pipeline's two commands could be served by two nodes.
+            if !scripts_allowed || attempt.migrating {
                 let keys: [&[u8]; 2] = [&redis_key, &counter];
                 let fencing_token =
                     ACQUIRE.run::<u64>(conn, &keys, &[claim.token.as_bytes(), ttl.as_bytes()])?;
                 self.scripts_allowed.store(true, Ordering::Release);
-                return Ok((fencing_token > 0).then_some(fencing_token));
+                let taken = (fencing_token > 0).then_some(fencing_token);
+                return Ok((taken, self.acknowledged_if(taken.is_some(), conn)?));
             }
-            let acquired =
-                scripts::acquire(conn, &redis_key, &counter, claim.token, &ttl, attempt > 0)?;
+            let acquired = scripts::acquire(
+                conn,
+                &redis_key,
+                &counter,
+                claim.token,
+                &ttl,
+                attempt.resent,
+            )?;
             match acquired {
-                Acquired::Taken(fencing_token) => Ok(Some(fencing_token)),
-                Acquired::Held => Ok(None),
+                Acquired::Taken(fencing_token) => {
+                    Ok((Some(fencing_token), self.acknowledged_if(true, conn)?))
+                }
+                Acquired::Held => Ok((None, None)),
                 Acquired::Unfenced(refusal) => {
                     // A lock without a fencing token is not handed out: release it, then say why.
                     let keys = self.keys.lock_keys(claim.key);
@@ -287,9 +331,12 @@ impl LockCore {
             token: &waiter.token,
             request: *request,
         };
+        // With `min_replicas` a hand-off is confirmed by an attempt of our own, which writes and
+        // is acknowledged (`WAIT` counts a connection's writes, and every one before them).
         if let Some(handed) = waiter
             .queued_at
             .and_then(|at| handed_over(&mine, at, interrupt))
+            .filter(|_| self.replication.is_none())
         {
             return Ok(Step::Taken(handed));
         }
@@ -359,10 +406,16 @@ impl LockCore {
             &args[..5]
         };
         let undo = (!queued).then_some(&undo as Undo);
-        let reply = self.round_trip(interrupt, undo, |conn, _| {
-            wait.run::<Vec<i64>>(conn, &keys.all(), wait_args)
+        let (reply, acknowledged) = self.round_trip(&keys.lock, interrupt, undo, |conn, _| {
+            let reply = wait.run::<Vec<i64>>(conn, &keys.all(), wait_args)?;
+            let taken = matches!(attempt_from(&reply), Attempt::Acquired(_));
+            Ok((reply, self.acknowledged_if(taken, conn)?))
         })?;
-        Ok(attempt_from(&reply))
+        let attempt = attempt_from(&reply);
+        if matches!(attempt, Attempt::Acquired(_)) {
+            self.check_replicated(claim, acknowledged)?;
+        }
+        Ok(attempt)
     }
 
     fn attempt_shared(&self, claim: &Claim, interrupt: &Interrupt) -> Result<Attempt, LockError> {
@@ -378,10 +431,59 @@ impl LockCore {
             ];
             RELEASE_SHARED.send_after(conn, &keys.all(), &release_args);
         };
-        let reply = self.round_trip(interrupt, Some(&undo), |conn, _| {
-            ACQUIRE_SHARED.run::<Vec<i64>>(conn, &keys.all(), &args)
-        })?;
-        Ok(attempt_from(&reply))
+        let (reply, acknowledged) =
+            self.round_trip(&keys.lock, interrupt, Some(&undo), |conn, _| {
+                let reply = ACQUIRE_SHARED.run::<Vec<i64>>(conn, &keys.all(), &args)?;
+                let taken = matches!(attempt_from(&reply), Attempt::Acquired(_));
+                Ok((reply, self.acknowledged_if(taken, conn)?))
+            })?;
+        let attempt = attempt_from(&reply);
+        if matches!(attempt, Attempt::Acquired(_)) {
+            self.check_replicated(claim, acknowledged)?;
+        }
+        Ok(attempt)
+    }
+
+    /// With `min_replicas`, after `taken` an acquisition on `conn`: how many replicas
+    /// acknowledged this connection's writes within `replica_timeout` (`WAIT`, on the same
+    /// connection: it counts that connection's writes, and every earlier one).
+    fn acknowledged_if(
+        &self,
+        taken: bool,
+        conn: &mut redis::Connection,
+    ) -> Result<Option<u32>, RedisError> {
+        let Some(replication) = self.replication.filter(|_| taken) else {
+            return Ok(None);
+        };
+        let reached: i64 = redis::cmd("WAIT")
+            .arg(replication.replicas)
+            .arg(replication.timeout.as_millis().max(1) as u64)
+            .query(conn)?;
+        Ok(Some(u32::try_from(reached).unwrap_or(0)))
+    }
+
+    /// An acquisition that fewer than `min_replicas` acknowledged does not count: it is released
+    /// (to completion, even while Ruby interrupts us) and the caller told how many did.
+    fn check_replicated(&self, claim: &Claim, acknowledged: Option<u32>) -> Result<(), LockError> {
+        let (Some(replication), Some(reached)) = (self.replication, acknowledged) else {
+            return Ok(());
+        };
+        if reached >= replication.replicas {
+            return Ok(());
+        }
+        let key = self.redis_key(claim.key);
+        let undo = Interrupt::for_current_thread();
+        let _ = self.release(claim.key, claim.token, claim.request.limit, &undo);
+        Err(LockError::NotReplicated {
+            addr: self
+                .router
+                .pool_for(&key)
+                .map(|p| p.addr())
+                .unwrap_or_default(),
+            needed: replication.replicas,
+            reached,
+            timeout: replication.timeout,
+        })
     }
 
     /// Leaves the queue of `keys` for good, to completion (even while Ruby interrupts us).
@@ -389,9 +491,12 @@ impl LockCore {
         let limit = request.limit.to_string();
         let args: [&[u8]; 3] = [token.as_bytes(), HEARTBEAT_MS.as_bytes(), limit.as_bytes()];
         let (_, leave, args_len) = queue_scripts(request);
-        self.round_trip(&Interrupt::for_current_thread(), None, |conn, _| {
-            leave.run::<Value>(conn, &keys.all(), &args[..args_len])
-        })
+        self.round_trip(
+            &keys.lock,
+            &Interrupt::for_current_thread(),
+            None,
+            |conn, _| leave.run::<Value>(conn, &keys.all(), &args[..args_len]),
+        )
         .map(|_| ())
     }
 
@@ -412,7 +517,7 @@ impl LockCore {
             (&*RELEASE, 2)
         };
         let args: [&[u8]; 3] = [token.as_bytes(), HEARTBEAT_MS.as_bytes(), limit.as_bytes()];
-        self.round_trip(interrupt, None, |conn, _| {
+        self.round_trip(&keys.lock, interrupt, None, |conn, _| {
             match script.run::<Value>(conn, &keys.all(), &args[..args_len])? {
                 Value::Int(released) => Ok(released == 1),
                 handed => {
@@ -441,7 +546,7 @@ impl LockCore {
         } else {
             &*REFRESH
         };
-        self.round_trip(interrupt, None, |conn, _| {
+        self.round_trip(&redis_key, interrupt, None, |conn, _| {
             script
                 .run::<i64>(conn, &[&redis_key], &[token.as_bytes(), ttl.as_bytes()])
                 .map(|renewed| renewed == 1)
@@ -451,7 +556,7 @@ impl LockCore {
     /// Whether `token` holds the lock right now.
     pub fn owned(&self, key: &[u8], token: &str, interrupt: &Interrupt) -> Result<bool, LockError> {
         let redis_key = self.redis_key(key);
-        self.round_trip(interrupt, None, |conn, _| {
+        self.round_trip(&redis_key, interrupt, None, |conn, _| {
             redis::cmd("GET")
                 .arg(&redis_key)
                 .query::<Option<Vec<u8>>>(conn)
@@ -462,7 +567,7 @@ impl LockCore {
     /// Whether anyone holds the lock right now.
     pub fn locked(&self, key: &[u8], interrupt: &Interrupt) -> Result<bool, LockError> {
         let redis_key = self.redis_key(key);
-        self.round_trip(interrupt, None, |conn, _| {
+        self.round_trip(&redis_key, interrupt, None, |conn, _| {
             redis::cmd("EXISTS")
                 .arg(&redis_key)
                 .query::<i64>(conn)
@@ -470,24 +575,44 @@ impl LockCore {
         })
     }
 
-    /// Runs `command` on a pooled connection. A connection found dead before any reply (EOF,
-    /// reset, broken pipe) is replaced and the command sent again, as often as the pool has
-    /// connections, plus once: every command here is safe to repeat with the same token. When
-    /// the reply was cut short (interrupt, timeout) the command may still run: `undo` is then
-    /// sent on the same connection, so that Redis runs it after the command, never before.
+    /// Runs `command` on a pooled connection of the node that serves `route` (a full Redis key:
+    /// every key a command touches lies in its slot). A connection found dead before any reply
+    /// (EOF, reset, broken pipe) is replaced and the command sent again, as often as the pool
+    /// has connections, plus once: every command here is safe to repeat with the same token.
+    /// When the reply was cut short (interrupt, timeout) the command may still run: `undo` is
+    /// then sent on the same connection, so that Redis runs it after the command, never before.
+    /// On a Cluster, MOVED is followed (and the slot map updated); a slot that is migrating
+    /// (ASK, TRYAGAIN) or failing over (CLUSTERDOWN, a node gone) is asked again after a pause,
+    /// for up to `read_timeout`. ASK is not followed: a lock's keys would then be split between
+    /// two nodes (a fencing counter made anew on the importing one); Redis runs the commands of
+    /// a slot again once its migration ends.
     fn round_trip<T>(
         &self,
+        route: &[u8],
         interrupt: &Interrupt,
         undo: Option<Undo>,
-        mut command: impl FnMut(&mut redis::Connection, u32) -> Result<T, RedisError>,
+        mut command: impl FnMut(&mut redis::Connection, Sent) -> Result<T, RedisError>,
     ) -> Result<T, LockError> {
-        let retry_limit = self.pool.settings().pool_size + 1;
-        let mut attempt = 0;
+        let settings = self.router.settings();
+        let retry_limit = settings.pool_size + 1;
+        let mut sent = Sent::default();
+        let mut dropped = 0;
         let mut stray_signals = 0;
+        let mut moved = 0;
+        let mut cluster_deadline = None;
         loop {
-            let mut conn = self.pool.checkout(interrupt)?;
+            let pool = self.router.pool_for(route)?;
+            let mut conn = match pool.checkout(interrupt) {
+                Err(error) if self.router.is_cluster() && error.is_transient() => {
+                    // A node gone: its replica may be taking over.
+                    self.router.topology_changed();
+                    self.cluster_pause(&mut cluster_deadline, interrupt, error)?;
+                    continue;
+                }
+                checked_out => checked_out?,
+            };
             interrupt.check()?;
-            let error = match command(&mut conn.redis, attempt) {
+            let error = match command(&mut conn.redis, sent) {
                 Ok(value) => return Ok(value),
                 Err(error) => error,
             };
@@ -496,40 +621,80 @@ impl LockCore {
             if let (Failure::Interrupted | Failure::Unusable(_), Some(undo)) = (&failure, undo) {
                 undo(&mut conn.redis);
             }
+            drop(conn);
             match failure {
                 // Any pooled connection may have died while idle (a restart, CLIENT KILL, a
                 // server or load balancer timeout), used before or not.
-                Failure::Dropped(_) if attempt < retry_limit => {
-                    attempt += 1;
+                Failure::Dropped(_) if dropped < retry_limit => {
+                    dropped += 1;
+                    sent.resent = true;
+                    if self.router.is_cluster() {
+                        self.router.topology_changed();
+                    }
                 }
                 Failure::Signalled(_) if stray_signals < STRAY_SIGNAL_RETRIES => {
                     stray_signals += 1;
-                    attempt += 1;
+                    sent.resent = true;
                 }
                 Failure::Dropped(error) | Failure::Signalled(error) => {
-                    return Err(self.connection_error(&error, false));
+                    return Err(self.connection_error(&pool.addr(), &error, false));
                 }
                 Failure::Unusable(error) => {
-                    return Err(self.connection_error(&error, undo.is_some()));
+                    return Err(self.connection_error(&pool.addr(), &error, undo.is_some()));
                 }
                 Failure::Interrupted => return Err(LockError::Interrupted),
-                Failure::Refused(error) => return Err(refusal(self.pool.addr(), &error)),
+                Failure::Refused(error) if self.router.is_cluster() => {
+                    match cluster_redirect(&error) {
+                        Some(Redirect::Moved(node)) if moved < MOVED_LIMIT => {
+                            moved += 1;
+                            self.router.moved(route, node);
+                        }
+                        Some(Redirect::Moved(_)) | None => {
+                            return Err(refusal(&pool.addr(), &error))
+                        }
+                        Some(Redirect::Migrating | Redirect::Down) => {
+                            sent.migrating = true;
+                            if cluster_redirect(&error) == Some(Redirect::Down) {
+                                self.router.topology_changed();
+                            }
+                            let refused = refusal(&pool.addr(), &error);
+                            self.cluster_pause(&mut cluster_deadline, interrupt, refused)?;
+                        }
+                    }
+                }
+                Failure::Refused(error) => return Err(refusal(&pool.addr(), &error)),
             }
         }
     }
 
+    /// A pause before a Cluster slot is asked again; `error` once `read_timeout` has passed
+    /// since the first pause.
+    fn cluster_pause(
+        &self,
+        deadline: &mut Option<Instant>,
+        interrupt: &Interrupt,
+        error: LockError,
+    ) -> Result<(), LockError> {
+        let now = Instant::now();
+        let deadline = *deadline.get_or_insert(now + self.router.settings().read_timeout);
+        if now >= deadline {
+            return Err(error);
+        }
+        interrupt.sleep_until((now + CLUSTER_RETRY_PAUSE).min(deadline))
+    }
+
     /// `undone`: an undo of the command was sent after it.
-    fn connection_error(&self, error: &RedisError, undone: bool) -> LockError {
+    fn connection_error(&self, addr: &str, error: &RedisError, undone: bool) -> LockError {
         let cause = if error.is_timeout() {
             format!(
                 "no reply within read_timeout ({:.3}s)",
-                self.pool.settings().read_timeout.as_secs_f64()
+                self.router.settings().read_timeout.as_secs_f64()
             )
         } else {
             error.to_string()
         };
         LockError::Connection {
-            addr: self.pool.addr().to_owned(),
+            addr: addr.to_owned(),
             cause,
             timed_out: error.is_timeout(),
             undone,
@@ -560,6 +725,16 @@ fn queue_scripts(request: &Request) -> (&'static LuaScript, &'static LuaScript, 
     } else {
         (&WAIT, &LEAVE, 2)
     }
+}
+
+/// What a round trip tells its command about earlier sends of it.
+#[derive(Clone, Copy, Default)]
+struct Sent {
+    /// An earlier send may have run before its reply was lost.
+    resent: bool,
+    /// The key's Cluster slot is migrating (or was failing over): send one command, not a
+    /// pipeline of several.
+    migrating: bool,
 }
 
 /// What one attempt of a wait came to.

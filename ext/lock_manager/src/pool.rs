@@ -11,9 +11,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use r2d2::ManageConnection;
-use redis::{ConnectionAddr, IntoConnectionInfo, RedisError};
+use redis::{ConnectionLike, IntoConnectionInfo, RedisError};
 use scheduled_thread_pool::ScheduledThreadPool;
 
+use crate::connector::Connector;
 use crate::error::LockError;
 use crate::gvl::Interrupt;
 use crate::per_process::PerProcess;
@@ -31,10 +32,27 @@ const CONNECTOR_THREADS: usize = 2;
 #[derive(Clone, Debug)]
 pub struct PoolSettings {
     pub redis_url: String,
+    pub topology: Topology,
     pub pool_size: u32,
     pub pool_timeout: Duration,
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
+}
+
+/// Which Redis set-up a Locker talks to (see `router.rs`).
+#[derive(Clone, Debug, Default)]
+pub enum Topology {
+    /// `redis_url`'s server.
+    #[default]
+    Standalone,
+    /// The primary of `master`, as these sentinels (URLs) name it; `redis_url` gives its
+    /// credentials, database and TLS.
+    Sentinel {
+        sentinels: Vec<String>,
+        master: String,
+    },
+    /// A Redis Cluster, found from these seed nodes (URLs, with the nodes' credentials).
+    Cluster { seeds: Vec<String> },
 }
 
 /// A pooled Redis connection and what we learnt about it.
@@ -42,6 +60,8 @@ pub struct Conn {
     pub redis: redis::Connection,
     /// Set after a timeout, an interrupt or a protocol surprise: drop instead of reuse.
     pub poisoned: bool,
+    /// The connector's generation when it was opened (see `Connector::generation`).
+    generation: u64,
 }
 
 /// Whether Redis answered our last connection attempt.
@@ -71,7 +91,7 @@ enum ConnectFailure {
 }
 
 pub struct Manager {
-    client: redis::Client,
+    connector: Connector,
     connect_timeout: Duration,
     read_timeout: Duration,
     health: Arc<Health>,
@@ -117,18 +137,19 @@ impl ManageConnection for Manager {
                 self.health.failed_connects.fetch_add(1, Ordering::AcqRel);
             }
         }
-        connected.map(|redis| Conn {
+        connected.map(|(redis, generation)| Conn {
             redis,
             poisoned: false,
+            generation,
         })
     }
 
     fn is_valid(&self, conn: &mut Conn) -> Result<(), RedisError> {
-        self.client.is_valid(&mut conn.redis)
+        redis::cmd("PING").query(&mut conn.redis)
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
-        conn.poisoned || self.client.has_broken(&mut conn.redis)
+        conn.poisoned || !conn.redis.is_open() || conn.generation != self.connector.generation()
     }
 }
 
@@ -140,13 +161,12 @@ impl Manager {
             .is_ok_and(|last| last.1 == ConnectFailure::Refused)
     }
 
-    fn connect_once(&self) -> Result<redis::Connection, RedisError> {
-        let redis = self
-            .client
-            .get_connection_with_timeout(self.connect_timeout)?;
+    fn connect_once(&self) -> Result<(redis::Connection, u64), RedisError> {
+        let generation = self.connector.generation();
+        let redis = self.connector.connect(self.connect_timeout)?;
         redis.set_read_timeout(Some(self.read_timeout))?;
         redis.set_write_timeout(Some(self.read_timeout))?;
-        Ok(redis)
+        Ok((redis, generation))
     }
 }
 
@@ -160,42 +180,39 @@ pub type PooledConn = r2d2::PooledConnection<Manager>;
 
 pub struct Pool {
     settings: PoolSettings,
-    client: redis::Client,
-    addr: String,
+    connector: Connector,
     current: PerProcess<ProcessPool>,
 }
 
+/// A client for `url` (`name`: the setting it comes from, for the message).
+pub fn client_for(url: &str, name: &str) -> Result<redis::Client, LockError> {
+    let info = url.into_connection_info().map_err(|e| {
+        LockError::Argument(format!(
+            "{name} is not usable: {}",
+            e.detail().unwrap_or("cannot parse it")
+        ))
+    })?;
+    redis::Client::open(info).map_err(|e| LockError::Argument(format!("{name} is not usable: {e}")))
+}
+
 impl Pool {
-    /// Parses the URL and sets the pool up; connects lazily, on first checkout.
-    pub fn new(settings: PoolSettings) -> Result<Pool, LockError> {
-        let info = settings
-            .redis_url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| {
-                LockError::Argument(format!(
-                    "redis_url is not usable: {}",
-                    e.detail().unwrap_or("cannot parse it")
-                ))
-            })?;
-        let addr = display_addr(info.addr());
-        let client = redis::Client::open(info)
-            .map_err(|e| LockError::Argument(format!("redis_url is not usable: {e}")))?;
-        Ok(Pool {
+    /// Sets the pool up; connects lazily, on first checkout.
+    pub fn new(settings: PoolSettings, connector: Connector) -> Pool {
+        Pool {
             settings,
-            client,
-            addr,
+            connector,
             current: PerProcess::new(),
-        })
+        }
     }
 
-    pub fn client(&self) -> &redis::Client {
-        &self.client
+    pub fn connector(&self) -> &Connector {
+        &self.connector
     }
 
-    /// `host:port` (or the socket path): for messages; it never carries a password.
-    pub fn addr(&self) -> &str {
-        &self.addr
+    /// `host:port` (or the socket path, or the Sentinel primary): for messages; it never
+    /// carries a password.
+    pub fn addr(&self) -> String {
+        self.connector.describe()
     }
 
     pub fn settings(&self) -> &PoolSettings {
@@ -205,7 +222,7 @@ impl Pool {
     /// The pool of the current process: built on first use, and again after fork.
     fn process_pool(&self) -> Arc<ProcessPool> {
         self.current
-            .get_or_create(|| build(&self.settings, &self.client))
+            .get_or_create(|| build(&self.settings, &self.connector))
             .0
     }
 
@@ -214,6 +231,11 @@ impl Pool {
     pub fn checkout(&self, interrupt: &Interrupt) -> Result<PooledConn, LockError> {
         let process = self.process_pool();
         let mut conn = self.checkout_from(&process, interrupt)?;
+        while conn.generation != self.connector.generation() {
+            conn.poisoned = true;
+            drop(conn);
+            conn = self.checkout_from(&process, interrupt)?;
+        }
         if process.health.maxmemory_policy.get().is_none() {
             self.learn_maxmemory_policy(&process.health, &mut conn)?;
         }
@@ -237,7 +259,7 @@ impl Pool {
                 // A signal cut it short: back to Ruby, which raises or resumes the call.
                 match is_signalled(&error) {
                     true => Err(LockError::Interrupted),
-                    false => Err(LockError::connection(&self.addr, error)),
+                    false => Err(LockError::connection(&self.addr(), error)),
                 }
             }
         }
@@ -284,7 +306,7 @@ impl Pool {
             .lock()
             .map(|last| last.clone())
             .unwrap_or_else(|_| ("connection failed".into(), ConnectFailure::Unreachable));
-        let addr = self.addr.clone();
+        let addr = self.addr();
         match failure {
             ConnectFailure::Refused => LockError::Authentication { addr, cause },
             _ => LockError::Connection {
@@ -308,10 +330,10 @@ impl Pool {
     }
 }
 
-fn build(settings: &PoolSettings, client: &redis::Client) -> ProcessPool {
+fn build(settings: &PoolSettings, connector: &Connector) -> ProcessPool {
     let health = Arc::new(Health::default());
     let manager = Manager {
-        client: client.clone(),
+        connector: connector.clone(),
         connect_timeout: settings.connect_timeout,
         read_timeout: settings.read_timeout,
         health: Arc::clone(&health),
@@ -382,14 +404,5 @@ fn read_maxmemory_policy(redis: &mut redis::Connection) -> Result<String, RedisE
         Ok(pair) => Ok(pair.get(1).cloned().unwrap_or_default()),
         Err(error) if error.code().is_some() => Ok(String::new()),
         Err(error) => Err(error),
-    }
-}
-
-fn display_addr(addr: &ConnectionAddr) -> String {
-    match addr {
-        ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
-        ConnectionAddr::TcpTls { host, port, .. } => format!("{host}:{port} (TLS)"),
-        ConnectionAddr::Unix(path) => format!("unix:{}", path.display()),
-        _ => "Redis".to_string(),
     }
 }

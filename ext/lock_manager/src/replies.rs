@@ -55,6 +55,27 @@ pub fn unavailable(error: &RedisError) -> Option<Unavailable> {
     }
 }
 
+/// What a Cluster node's refusal asks of us.
+#[derive(Debug, PartialEq)]
+pub enum Redirect<'a> {
+    /// MOVED: the slot is served by this node ("host:port") now.
+    Moved(&'a str),
+    /// ASK or TRYAGAIN: the slot is migrating; ask again shortly.
+    Migrating,
+    /// CLUSTERDOWN: the Cluster cannot serve the slot now (a failover).
+    Down,
+}
+
+/// How a Cluster's refusal is answered, or `None` when it is no redirection.
+pub fn cluster_redirect(error: &RedisError) -> Option<Redirect<'_>> {
+    match error.code() {
+        Some("MOVED") => error.redirect_node().map(|(node, _)| Redirect::Moved(node)),
+        Some("ASK" | "TRYAGAIN") => Some(Redirect::Migrating),
+        Some("CLUSTERDOWN") => Some(Redirect::Down),
+        _ => None,
+    }
+}
+
 /// MOVED, ASK or CROSSSLOT: a Cluster node answered.
 fn is_cluster_redirect(error: &RedisError) -> bool {
     matches!(error.code(), Some("MOVED" | "ASK" | "CROSSSLOT"))
@@ -170,6 +191,22 @@ pub fn attempt_from(reply: &[i64]) -> Attempt {
 mod tests {
     use super::*;
     use redis::ErrorKind;
+
+    #[test]
+    fn cluster_refusals_are_followed_or_asked_again() {
+        let moved = reply("MOVED 3999 127.0.0.1:6381");
+        assert_eq!(
+            cluster_redirect(&moved),
+            Some(Redirect::Moved("127.0.0.1:6381"))
+        );
+        let ask = reply("ASK 3999 127.0.0.1:6381");
+        assert_eq!(cluster_redirect(&ask), Some(Redirect::Migrating));
+        let again = reply("TRYAGAIN Multiple keys request during rehashing of slot");
+        assert_eq!(cluster_redirect(&again), Some(Redirect::Migrating));
+        let down = reply("CLUSTERDOWN The cluster is down");
+        assert_eq!(cluster_redirect(&down), Some(Redirect::Down));
+        assert_eq!(cluster_redirect(&reply("ERR unknown")), None);
+    }
 
     /// An error reply, as redis-rs parses one off the wire.
     fn reply(text: &str) -> RedisError {

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::connector::Connector;
 use crate::gvl;
 use crate::keys::{lock_of_channel, KeySpace, PROCESS_CHANNEL_PREFIX};
 use crate::per_process::PerProcess;
@@ -136,7 +137,7 @@ impl Shared {
 }
 
 pub struct Subscriber {
-    client: redis::Client,
+    connector: Connector,
     keys: KeySpace,
     pattern: Vec<u8>,
     connect_timeout: Duration,
@@ -165,9 +166,10 @@ impl Drop for Registration {
 }
 
 impl Subscriber {
-    pub fn new(client: redis::Client, keys: &KeySpace, connect_timeout: Duration) -> Self {
+    /// `connector`: the server whose publications reach us (a Cluster: any node).
+    pub fn new(connector: Connector, keys: &KeySpace, connect_timeout: Duration) -> Self {
         Subscriber {
-            client,
+            connector,
             keys: keys.clone(),
             pattern: keys.channel_pattern(),
             connect_timeout,
@@ -232,7 +234,7 @@ impl Subscriber {
         if shared.may_start() && !shared.running.swap(true, Ordering::AcqRel) {
             let listening = Arc::clone(&shared);
             let (client, pattern, timeout) = (
-                self.client.clone(),
+                self.connector.clone(),
                 self.pattern.clone(),
                 self.connect_timeout,
             );
@@ -265,7 +267,7 @@ impl Drop for Subscriber {
 /// Redis refuses the credentials or the channels (a wrong password, an ACL): retrying those in
 /// the background would only fill Redis's ACL log. A waiter starts it again after
 /// `AFTER_REFUSAL`.
-fn listen(shared: &Shared, client: &redis::Client, pattern: &[u8], connect_timeout: Duration) {
+fn listen(shared: &Shared, client: &Connector, pattern: &[u8], connect_timeout: Duration) {
     while !shared.stop.load(Ordering::Acquire) {
         match listen_once(shared, client, pattern, connect_timeout) {
             Err(error) if is_refused_access(&error) => {
@@ -283,11 +285,12 @@ fn listen(shared: &Shared, client: &redis::Client, pattern: &[u8], connect_timeo
 /// Subscribes and dispatches messages until the connection fails or the Locker goes away.
 fn listen_once(
     shared: &Shared,
-    client: &redis::Client,
+    client: &Connector,
     pattern: &[u8],
     connect_timeout: Duration,
 ) -> redis::RedisResult<()> {
-    let mut conn = client.get_connection_with_timeout(connect_timeout)?;
+    let generation = client.generation();
+    let mut conn = client.connect(connect_timeout)?;
     conn.set_read_timeout(Some(POLL))?;
     let on_own_channel = subscribe(&mut conn, pattern, shared.channel.as_deref())?;
     let mut pubsub = conn.as_pubsub();
@@ -297,7 +300,8 @@ fn listen_once(
     shared.listening.store(true, Ordering::Release);
     shared.wake_all(); // whatever was released before we listened: look again
     let outcome = loop {
-        if shared.stop.load(Ordering::Acquire) {
+        // Stopped, or Sentinel named another primary: publications happen there now.
+        if shared.stop.load(Ordering::Acquire) || client.generation() != generation {
             break Ok(());
         }
         match pubsub.get_message() {

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use lock_manager::{
     Claim, Interrupt, KeySpace, LockCore, LockError, LockSettings, PoolSettings, Renewal, Request,
+    Topology,
 };
 
 struct RedisServer {
@@ -81,6 +82,7 @@ fn core(url: &str, pool_size: u32) -> LockCore {
     LockCore::new(LockSettings {
         pool: PoolSettings {
             redis_url: url.to_string(),
+            topology: Topology::Standalone,
             pool_size,
             pool_timeout: Duration::from_millis(500),
             connect_timeout: Duration::from_millis(500),
@@ -88,6 +90,7 @@ fn core(url: &str, pool_size: u32) -> LockCore {
         },
         key_prefix: b"t:".to_vec(),
         retry_interval: Duration::from_millis(20),
+        replication: None,
     })
     .unwrap()
 }
@@ -371,6 +374,7 @@ fn an_unparseable_url_is_an_argument_error() {
     let result = LockCore::new(LockSettings {
         pool: PoolSettings {
             redis_url: "redis://127.0.0.1:notaport".into(),
+            topology: Topology::Standalone,
             pool_size: 1,
             pool_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
@@ -378,6 +382,7 @@ fn an_unparseable_url_is_an_argument_error() {
         },
         key_prefix: vec![],
         retry_interval: Duration::from_millis(10),
+        replication: None,
     });
     assert!(matches!(result, Err(LockError::Argument(_))));
 }

@@ -27,6 +27,7 @@ struct Classes {
     too_many_clients: Opaque<ExceptionClass>,
     cluster: Opaque<ExceptionClass>,
     already_held: Opaque<ExceptionClass>,
+    not_replicated: Opaque<ExceptionClass>,
 }
 
 static CLASSES: OnceLock<Classes> = OnceLock::new();
@@ -51,6 +52,7 @@ pub fn init(lock_manager: RModule) -> Result<(), Error> {
         too_many_clients: class("TooManyClientsError")?,
         cluster: class("ClusterError")?,
         already_held: class("AlreadyHeld")?,
+        not_replicated: class("NotReplicated")?,
     };
     let _ = CLASSES.set(classes);
     Ok(())
@@ -88,6 +90,7 @@ pub fn for_key_bytes(ruby: &Ruby, error: LockError, key: &[u8]) -> Error {
         },
         LockError::Cluster { .. } => c.cluster,
         LockError::AlreadyHeld => c.already_held,
+        LockError::NotReplicated { .. } => c.not_replicated,
         LockError::NotAcquired { .. } => c.not_acquired,
         LockError::Server { .. }
         | LockError::Interrupted

@@ -15,8 +15,8 @@ use crate::error::LockError;
 use crate::gvl::{self, Interrupt};
 use crate::keys;
 use crate::lock::Lock;
-use crate::lock_core::{Acquisition, Claim, LockCore, LockSettings};
-use crate::pool::PoolSettings;
+use crate::lock_core::{Acquisition, Claim, LockCore, LockSettings, Replication};
+use crate::pool::{PoolSettings, Topology};
 use crate::request::{wait_from_seconds, Renewal, Request};
 use crate::ruby::errors;
 use crate::ruby::lock::NativeLock;
@@ -28,7 +28,7 @@ pub struct NativeLocker {
 
 pub fn init(ruby: &Ruby, native: RModule) -> Result<(), Error> {
     let class = native.define_class("Locker", ruby.class_object())?;
-    class.define_singleton_method("new", function!(NativeLocker::new, 7))?;
+    class.define_singleton_method("new", function!(NativeLocker::new, 12))?;
     class.define_method("synchronize", method!(NativeLocker::synchronize, 6))?;
     class.define_method("lock", method!(NativeLocker::lock, 5))?;
     class.define_method("locked?", method!(NativeLocker::is_locked, 1))?;
@@ -74,6 +74,11 @@ impl NativeLocker {
         read_timeout: f64,
         retry_interval: f64,
         key_prefix: RString,
+        sentinels: Option<Vec<String>>,
+        sentinel_master: Option<String>,
+        cluster: Option<Vec<String>>,
+        min_replicas: u32,
+        replica_timeout: f64,
     ) -> Result<NativeLocker, Error> {
         let seconds = |name: &str, value: f64| {
             Duration::try_from_secs_f64(value)
@@ -87,9 +92,20 @@ impl NativeLocker {
             if pool_size == 0 {
                 return Err(LockError::Argument("pool_size must be at least 1".into()));
             }
+            let topology = match (sentinels, sentinel_master, cluster) {
+                (Some(sentinels), Some(master), None) => Topology::Sentinel { sentinels, master },
+                (None, None, Some(seeds)) => Topology::Cluster { seeds },
+                (None, None, None) => Topology::Standalone,
+                _ => {
+                    return Err(LockError::Argument(
+                        "sentinels (with sentinel_master) and cluster exclude each other".into(),
+                    ))
+                }
+            };
             Ok(LockSettings {
                 pool: PoolSettings {
                     redis_url,
+                    topology,
                     pool_size,
                     pool_timeout: seconds("pool_timeout", pool_timeout)?,
                     connect_timeout: seconds("connect_timeout", connect_timeout)?,
@@ -97,6 +113,10 @@ impl NativeLocker {
                 },
                 key_prefix: copy_bytes(key_prefix),
                 retry_interval: seconds("retry_interval", retry_interval)?,
+                replication: Some(Replication {
+                    replicas: min_replicas,
+                    timeout: seconds("replica_timeout", replica_timeout)?,
+                }),
             })
         })();
         settings
