@@ -3,6 +3,7 @@
 require_relative "lock_manager/version"
 require_relative "lock_manager/errors"
 require_relative "lock_manager/arguments"
+require_relative "lock_manager/topology_arguments"
 require_relative "lock_manager/configuration"
 require_relative "lock_manager/result"
 require_relative "lock_manager/lock"

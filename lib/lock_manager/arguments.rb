@@ -117,53 +117,6 @@ module LockManager
       raise ArgumentError, "#{name} must start with redis://, rediss:// or unix://, got #{redact(url).inspect}"
     end
 
-    # Sentinel or Cluster node URLs: nil, or a non-empty Array of redis:// or rediss:// URLs.
-    def redis_urls(urls, name)
-      return nil if urls.nil?
-      unless urls.is_a?(Array) && !urls.empty?
-        raise ArgumentError, "#{name} must be an Array of redis:// URLs (or nil), got #{redact_all(urls).inspect}"
-      end
-
-      urls.each do |url|
-        redis_url(url, name)
-        raise ArgumentError, "#{name} takes TCP URLs, not unix sockets: #{redact(url).inspect}" if url.start_with?("unix:")
-      end
-      urls.map { |url| url.dup.freeze }.freeze
-    end
-
-    def optional_name(value, name)
-      return nil if value.nil?
-      return value if value.is_a?(String) && !value.empty?
-
-      raise ArgumentError, "#{name} must be a non-empty String, got #{value.inspect}"
-    end
-
-    MAX_REPLICAS = 1_000
-
-    def replicas(value, name)
-      return value if value.is_a?(Integer) && value >= 0 && value <= MAX_REPLICAS
-
-      raise ArgumentError, "#{name} must be an Integer from 0 to #{MAX_REPLICAS}, got #{value.inspect}"
-    end
-
-    # The settings that go together: Sentinel needs its master's name and excludes Cluster, and
-    # WAIT for replicas must end before read_timeout gives up on its reply.
-    def topology(settings)
-      sentinels, master, cluster = settings.values_at(:sentinels, :sentinel_master, :cluster)
-      raise ArgumentError, "sentinels and cluster exclude each other: set one of them" if sentinels && cluster
-      raise ArgumentError, "sentinels needs sentinel_master (the name the sentinels monitor)" if sentinels && !master
-      raise ArgumentError, "sentinel_master needs sentinels (where to ask for it)" if master && !sentinels
-
-      timeout, read_timeout = settings.values_at(:replica_timeout, :read_timeout)
-      return unless settings[:min_replicas].to_i.positive? && timeout && read_timeout && timeout >= read_timeout
-
-      raise ArgumentError, "replica_timeout (#{timeout}s) must be shorter than read_timeout (#{read_timeout}s)"
-    end
-
-    def redact_all(value)
-      value.is_a?(Array) ? value.map { |url| redact(url) } : value
-    end
-
     # The URL with any password replaced: safe for messages, logs and #inspect. Everything up to
     # the last "@" counts as credentials, as URL parsers read it (a password may contain "@" or
     # "/"); a password given as a query parameter is replaced too.

@@ -11,9 +11,8 @@ module LockManager
     ].freeze
 
     attr_writer :redis_url, :sentinels, :cluster
-    attr_accessor :sentinel_master, :min_replicas, :replica_timeout
     attr_accessor :pool_size, :pool_timeout, :key_prefix, :connect_timeout, :read_timeout, :retry_interval, :fair,
-                  :on_lost, :renew, :max_hold, :logger
+                  :on_lost, :renew, :max_hold, :logger, :sentinel_master, :min_replicas, :replica_timeout
 
     def initialize
       @redis_url = ENV.fetch("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -27,13 +26,18 @@ module LockManager
       @on_lost = :warn # a lock that expired while its block ran: :warn (log it) or :raise (LockLost)
       @renew = false # keep locks alive while their block runs (see Locker#nonblocking_lock)
       @max_hold = nil # with renew: seconds after which a lock is no longer renewed (nil: no cap)
-      @sentinels = nil # Sentinel URLs: the primary of sentinel_master is asked of them (see Topologies)
+      @logger = Logger.new($stderr, progname: "lock_manager", level: Logger::WARN)
+      topology_defaults
+    end
+
+    def topology_defaults
+      @sentinels = nil # Sentinel URLs: the primary of sentinel_master is asked of them
       @sentinel_master = nil
       @cluster = nil # seed node URLs of a Redis Cluster
       @min_replicas = 0 # replicas that must acknowledge an acquisition (WAIT) before it counts
       @replica_timeout = 0.05 # seconds to wait for those acknowledgements
-      @logger = Logger.new($stderr, progname: "lock_manager", level: Logger::WARN)
     end
+    private :topology_defaults
 
     # Shown without its password.
     def redis_url
@@ -42,11 +46,11 @@ module LockManager
 
     # Shown without their passwords.
     def sentinels
-      @sentinels.is_a?(Array) ? @sentinels.map { |url| Arguments.redact(url) } : @sentinels
+      Arguments::Topology.redact_all(@sentinels)
     end
 
     def cluster
-      @cluster.is_a?(Array) ? @cluster.map { |url| Arguments.redact(url) } : @cluster
+      Arguments::Topology.redact_all(@cluster)
     end
 
     # What Locker.new receives: the real URL, every value checked.
@@ -67,8 +71,9 @@ module LockManager
     CHECKS = {
       redis_url: :redis_url, pool_size: :pool_size, pool_timeout: :seconds, key_prefix: :key_prefix,
       connect_timeout: :seconds, read_timeout: :seconds, retry_interval: :seconds, fair: :boolean,
-      on_lost: :on_lost, renew: :boolean, max_hold: :optional_seconds, sentinels: :redis_urls,
-      sentinel_master: :optional_name, cluster: :redis_urls, min_replicas: :replicas, replica_timeout: :seconds
+      on_lost: :on_lost, renew: :boolean, max_hold: :optional_seconds, replica_timeout: :seconds,
+      sentinels: Arguments::Topology.method(:redis_urls), sentinel_master: Arguments::Topology.method(:optional_name),
+      cluster: Arguments::Topology.method(:redis_urls), min_replicas: Arguments::Topology.method(:replicas)
     }.freeze
 
     # @return [Hash] the same options, checked
@@ -76,9 +81,11 @@ module LockManager
       unknown = options.keys - SETTINGS
       raise ArgumentError, "unknown option#{"s" if unknown.size > 1}: #{unknown.join(", ")}" if unknown.any?
 
-      checked = options.to_h { |name, value| [name, Arguments.public_send(CHECKS.fetch(name), value, name)] }
-      Arguments.topology(checked)
-      checked
+      checked = options.to_h do |name, value|
+        check = CHECKS.fetch(name)
+        [name, check.is_a?(Symbol) ? Arguments.public_send(check, value, name) : check.call(value, name)]
+      end
+      checked.tap { Arguments::Topology.check(checked) }
     end
   end
 end

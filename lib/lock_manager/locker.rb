@@ -94,9 +94,7 @@ module LockManager
     end
 
     def settings
-      @settings.merge(redis_url: Arguments.redact(@settings[:redis_url]),
-                      sentinels: Arguments.redact_all(@settings[:sentinels]),
-                      cluster: Arguments.redact_all(@settings[:cluster]))
+      Arguments::Topology.redacted(@settings)
     end
 
     def inspect

@@ -145,7 +145,7 @@ impl fmt::Display for LockError {
             LockError::Cluster { addr, reply } => write!(
                 f,
                 "Redis at {addr} is a Redis Cluster node: {reply} \
-                 (redis_url must name a standalone Redis or a primary)"
+                 (to lock on a Redis Cluster, give its node URLs as `cluster`)"
             ),
             LockError::PoolTimeout { waited, size } => write!(
                 f,
