@@ -56,4 +56,13 @@ RSpec.describe "Asking again for a lock this thread holds" do
     expect { locker.blocking_lock("x", timeout: 5) { throw :out } }.to throw_symbol(:out)
     expect(locker.blocking_lock("x", timeout: 5) { :again }).to eq(:again)
   end
+
+  it "forgets the lock it released, not an expired handle of the same key kept beside it" do
+    stale = locker.try_lock("k", timeout: 0.05)
+    sleep 0.1
+    expect(locker.nonblocking_lock("k") { :first }.result).to eq(:first)
+    expect(locker.locked?("k")).to be(false)
+    expect(locker.nonblocking_lock("k") { :second }.result).to eq(:second)
+    expect(stale.release).to be(false)
+  end
 end

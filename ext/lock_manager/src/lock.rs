@@ -5,12 +5,11 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::ThreadId;
 use std::time::Instant;
 
 use crate::error::LockError;
 use crate::gvl::Interrupt;
-use crate::lock_core::{Acquisition, LockCore};
+use crate::lock_core::{Acquisition, HoldId, LockCore};
 use crate::per_process::current_pid;
 use crate::renewal::{Lease, LeaseTerms};
 use crate::replies::FencingToken;
@@ -25,8 +24,9 @@ pub struct Lock {
     lease: Option<Lease>,
     /// The process that took it.
     pid: u32,
-    /// The thread that holds this plain lock, until it is released (see `LockCore::hold`).
-    holder: Option<ThreadId>,
+    /// This plain lock's entry in the registry of held locks, until it is released (see
+    /// `LockCore::hold`).
+    holder: Option<HoldId>,
     released: AtomicBool,
 }
 
@@ -123,10 +123,9 @@ impl Lock {
         let refreshed = self
             .core
             .refresh(&self.key, &self.token, ttl_ms, limit, interrupt)?;
-        if let (true, Some(thread), false) = (refreshed, self.holder, self.request.renewal.is_on())
-        {
+        if let (true, Some(id), false) = (refreshed, self.holder, self.request.renewal.is_on()) {
             let until = sent + std::time::Duration::from_millis(ttl_ms);
-            self.core.held_until(&self.key, thread, Some(until));
+            self.core.held_until(id, Some(until));
         }
         Ok(refreshed)
     }
@@ -144,9 +143,9 @@ impl Lock {
     }
 
     fn forget_holder(&self) {
-        if let Some(thread) = self.holder {
+        if let Some(id) = self.holder {
             if !self.released.swap(true, Ordering::AcqRel) {
-                self.core.unhold(&self.key, thread);
+                self.core.unhold(id);
             }
         }
     }

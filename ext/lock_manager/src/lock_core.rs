@@ -1,7 +1,7 @@
 //! The lock algorithm: SET NX PX with a unique token to acquire, a compare-and-delete that
 //! hands the lock to the next queued waiter to release, and event-driven waiting.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
@@ -66,9 +66,15 @@ pub struct LockCore {
     held: PerProcess<Mutex<Vec<Held>>>,
 }
 
-/// A plain lock some thread holds: which thread, which key, and until when it is valid unless
-/// renewed or refreshed (`None`: renewed until released).
-type Held = (ThreadId, Vec<u8>, Option<Instant>);
+/// A plain lock some thread holds: which thread, which key, until when it is valid unless
+/// renewed or refreshed (`None`: renewed until released), and which acquisition it is (a thread
+/// may keep an expired handle of the key beside the lock it holds now).
+type Held = (ThreadId, Vec<u8>, Option<Instant>, HoldId);
+
+/// One acquisition's entry in the registry of held locks.
+pub type HoldId = u64;
+
+static NEXT_HOLD: AtomicU64 = AtomicU64::new(0);
 
 /// A lock taken by `acquire_until`.
 #[derive(Debug)]
@@ -132,7 +138,7 @@ impl LockCore {
         let valid = |until: &Option<Instant>| until.is_none_or(|until| until > now);
         match held
             .iter()
-            .any(|(by, k, until)| *by == thread && k == key && valid(until))
+            .any(|(by, k, until, _)| *by == thread && k == key && valid(until))
         {
             true => Err(LockError::AlreadyHeld),
             false => Ok(()),
@@ -141,30 +147,29 @@ impl LockCore {
 
     /// Records that the calling thread holds the plain lock `key`, valid `until` (see `Held`),
     /// until `unhold`.
-    pub fn hold(&self, key: &[u8], until: Option<Instant>) -> ThreadId {
-        let thread = thread::current().id();
+    pub fn hold(&self, key: &[u8], until: Option<Instant>) -> HoldId {
+        let id = NEXT_HOLD.fetch_add(1, Ordering::Relaxed);
         let (held, _) = self.held.get_or_create(Mutex::default);
         let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
-        held.push((thread, key.to_vec(), until));
-        thread
+        held.push((thread::current().id(), key.to_vec(), until, id));
+        id
     }
 
-    /// A refresh of a held lock: valid `until`.
-    pub fn held_until(&self, key: &[u8], thread: ThreadId, until: Option<Instant>) {
+    /// A refresh of the held lock `id`: valid `until`.
+    pub fn held_until(&self, id: HoldId, until: Option<Instant>) {
         if let Some(held) = self.held.get() {
             let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(entry) = held.iter_mut().find(|(by, k, _)| *by == thread && k == key) {
+            if let Some(entry) = held.iter_mut().find(|entry| entry.3 == id) {
                 entry.2 = until;
             }
         }
     }
 
-    /// Forgets one `hold` of `key` by `thread` (in this process: a child's locks are its
-    /// parent's).
-    pub fn unhold(&self, key: &[u8], thread: ThreadId) {
+    /// Forgets the `hold` `id` (in this process: a child's locks are its parent's).
+    pub fn unhold(&self, id: HoldId) {
         if let Some(held) = self.held.get() {
             let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(at) = held.iter().position(|(by, k, _)| *by == thread && k == key) {
+            if let Some(at) = held.iter().position(|entry| entry.3 == id) {
                 held.swap_remove(at);
             }
         }

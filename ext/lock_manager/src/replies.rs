@@ -72,6 +72,9 @@ pub fn cluster_redirect(error: &RedisError) -> Option<Redirect<'_>> {
         Some("MOVED") => error.redirect_node().map(|(node, _)| Redirect::Moved(node)),
         Some("ASK" | "TRYAGAIN") => Some(Redirect::Migrating),
         Some("CLUSTERDOWN") => Some(Redirect::Down),
+        // A script that found one of its keys gone mid-run in a migrating slot (the scripts
+        // never delete a key they touch again, so what it wrote is safe to write again).
+        _ if error.to_string().contains("non local key") => Some(Redirect::Migrating),
         _ => None,
     }
 }
@@ -206,6 +209,11 @@ mod tests {
         let down = reply("CLUSTERDOWN The cluster is down");
         assert_eq!(cluster_redirect(&down), Some(Redirect::Down));
         assert_eq!(cluster_redirect(&reply("ERR unknown")), None);
+        let moved_away = reply(
+            "ERR Script attempted to access a non local key in a cluster node script: \
+             @user_script:12",
+        );
+        assert_eq!(cluster_redirect(&moved_away), Some(Redirect::Migrating));
     }
 
     /// An error reply, as redis-rs parses one off the wire.

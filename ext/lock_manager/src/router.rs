@@ -183,7 +183,10 @@ impl ClusterRouter {
         let key = display_addr(info.addr());
         let pool = nodes.entry(key).or_insert_with(|| {
             let client = redis::Client::open(info).expect("a node's address is usable");
-            Arc::new(Pool::new(self.settings.clone(), Connector::Direct(Box::new(client))))
+            Arc::new(Pool::new(
+                self.settings.clone(),
+                Connector::Direct(Box::new(client)),
+            ))
         });
         Some(Arc::clone(pool))
     }

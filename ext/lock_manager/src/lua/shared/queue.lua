@@ -1,6 +1,10 @@
 -- The queue of a lock: KEYS[2] holds the waiters in arrival order (a sorted set: token -> arrival
 -- in microseconds), KEYS[3] their details (a hash: token -> "heartbeat deadline ms:lock ttl
 -- ms:channel"). Both expire unless a waiter renews its place.
+--
+-- No script touches a key again after it may have deleted it: while its Cluster slot is
+-- migrating, Redis takes a key missing mid-script for one that moved, and aborts the script
+-- with what it wrote so far.
 
 -- Whether the waiter `token` still renews its place; its TTL and channel when it does.
 local function live_waiter(token, now)
@@ -28,7 +32,9 @@ local function live_head()
     now = now or now_ms()
     local live, ttl, channel = live_waiter(head, now)
     if live then return head, ttl, channel end
+    local last = redis.call('ZCARD', KEYS[2]) == 1
     dequeue(head)
+    if last then return nil end
   end
 end
 
@@ -40,7 +46,13 @@ local function live_ahead(token, limit)
     local waiter = redis.call('ZRANGE', KEYS[2], ahead, ahead)[1]
     if not waiter or waiter == token then return ahead end
     now = now or now_ms()
-    if live_waiter(waiter, now) then ahead = ahead + 1 else dequeue(waiter) end
+    if live_waiter(waiter, now) then
+      ahead = ahead + 1
+    else
+      local last = redis.call('ZCARD', KEYS[2]) == 1
+      dequeue(waiter)
+      if last then return ahead end
+    end
   end
   return ahead
 end
@@ -72,15 +84,17 @@ end
 -- Hands the plain lock to the first live waiter, for at most `handoff_ms` (a waiter that died
 -- before noticing cannot hold the line for long: it extends the lock to its TTL while it holds
 -- it), and tells it. With nobody queued, deletes the lock (every blocking waiter is queued: no
--- one to tell). DEL comes first: under maxmemory Redis refuses a script whose first write may
--- grow memory (the hand-off's SET), not one that already freed some.
+-- one to tell). The hand-off overwrites the lock rather than deleting it first (see the top),
+-- after dequeue's writes: under maxmemory Redis refuses a script whose first write may grow
+-- memory (the SET), not one that has written already.
 -- Returns the message, or nil when the lock was freed.
 local function release_lock(handoff_ms)
-  redis.call('DEL', KEYS[1])
   local head, ttl, channel = live_head()
-  if head then
-    redis.call('SET', KEYS[1], head, 'PX', int(math.min(ttl, handoff_ms)))
-    dequeue(head)
-    return tell_new_holder(head, channel)
+  if not head then
+    redis.call('DEL', KEYS[1])
+    return nil
   end
+  dequeue(head)
+  redis.call('SET', KEYS[1], head, 'PX', int(math.min(ttl, handoff_ms)))
+  return tell_new_holder(head, channel)
 end

@@ -33,7 +33,7 @@ end
 local function hand_permit(now, handoff_ms)
   local head, ttl, channel = live_head()
   if not head then return nil end
+  dequeue(head) -- first: a write that cannot grow memory (see `release_lock`)
   admit(head, now, math.min(ttl, handoff_ms))
-  dequeue(head)
   return tell_new_holder(head, channel)
 end
