@@ -112,15 +112,21 @@ module LockManager
       raise ArgumentError, "#{name} must be a String" unless url.is_a?(String)
 
       scheme = url[/\A([a-z][a-z0-9+.-]*):/i, 1]&.downcase
-      return url if REDIS_SCHEMES.include?(scheme)
+      unless REDIS_SCHEMES.include?(scheme)
+        raise ArgumentError, "#{name} must start with redis://, rediss:// or unix://, got #{redact(url).inspect}"
+      end
+      problem = Native.url_problem(url)
+      raise ArgumentError, "#{name} is not a usable URL (#{problem}): #{redact(url).inspect}" if problem
 
-      raise ArgumentError, "#{name} must start with redis://, rediss:// or unix://, got #{redact(url).inspect}"
+      url
     end
 
     # The URL with any password replaced: safe for messages, logs and #inspect. Everything up to
     # the last "@" counts as credentials, as URL parsers read it (a password may contain "@" or
     # "/"); a password given as a query parameter is replaced too.
     def redact(url)
+      return url.to_s.sub(/\A.*@/m, "REDACTED@") unless url.to_s.include?("://") # no scheme: all before "@"
+
       url.to_s.sub(%r{\A([^:/]*://)(.*)@}m) do
         userinfo = Regexp.last_match(2)
         user = userinfo.include?(":") ? userinfo.split(":", 2).first : ""

@@ -64,8 +64,11 @@ module LockManager
                        cluster: redact_all(settings[:cluster]))
       end
 
+      # A list of URLs, or what was given instead of one, as it may be shown.
       def redact_all(value)
-        value.is_a?(Array) ? value.map { |url| Arguments.redact(url) } : value
+        return value.map { |url| Arguments.redact(url) } if value.is_a?(Array)
+
+        value.is_a?(String) ? Arguments.redact(value) : value
       end
     end
   end

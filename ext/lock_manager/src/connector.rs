@@ -12,7 +12,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{
     ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo, RedisError, RedisResult,
@@ -26,6 +26,8 @@ use crate::replies::is_signalled;
 const WATCH_POLL: Duration = Duration::from_millis(500);
 /// Pause before the listener tries the next sentinel.
 const WATCH_PAUSE: Duration = Duration::from_millis(200);
+/// The least time a sentinel is given to answer, however little is left.
+const MIN_ASK: Duration = Duration::from_millis(20);
 
 #[derive(Clone)]
 pub enum Connector {
@@ -101,6 +103,8 @@ pub struct SentinelMaster {
     primary_template: ConnectionInfo,
     /// The address last named, for messages.
     current: Mutex<Option<String>>,
+    /// The sentinel that answered last: asked first next time.
+    answered: AtomicUsize,
     generation: AtomicU64,
     /// Whether this process's `+switch-master` listener runs.
     watching: PerProcess<()>,
@@ -130,6 +134,7 @@ impl SentinelMaster {
             sentinels,
             primary_template,
             current: Mutex::new(None),
+            answered: AtomicUsize::new(0),
             generation: AtomicU64::new(0),
             watching: PerProcess::new(),
         }))
@@ -164,13 +169,22 @@ impl SentinelMaster {
         }
     }
 
-    /// The primary's connection info, from the first sentinel that knows it.
+    /// The primary's connection info, from the first sentinel that knows it, starting with the
+    /// one that answered last. All of them together get `timeout`, shared among those not yet
+    /// asked: stopped sentinels cost `timeout` in all, not `timeout` each.
     fn discover(&self, timeout: Duration) -> RedisResult<ConnectionInfo> {
         let mut last = None;
-        for sentinel in &self.sentinels {
-            let asked = ask_sentinel(sentinel, &self.name, timeout);
-            match asked {
+        let deadline = Instant::now() + timeout;
+        let count = self.sentinels.len();
+        let first = self.answered.load(Ordering::Relaxed);
+        for asked_before in 0..count {
+            let at = (first + asked_before) % count;
+            let sentinel = &self.sentinels[at];
+            let left = deadline.saturating_duration_since(Instant::now());
+            let share = (left / u32::try_from(count - asked_before).unwrap_or(1)).max(MIN_ASK);
+            match ask_sentinel(sentinel, &self.name, share) {
                 Ok(Some((host, port))) => {
+                    self.answered.store(at, Ordering::Relaxed);
                     let addr = with_host_port(self.primary_template.addr(), host, port);
                     return Ok(self.primary_template.clone().set_addr(addr));
                 }
@@ -209,15 +223,19 @@ impl SentinelMaster {
     }
 }
 
-/// `SENTINEL GET-MASTER-ADDR-BY-NAME`: `None` when this sentinel does not know the name.
+/// `SENTINEL GET-MASTER-ADDR-BY-NAME` within `timeout` (connect, handshake and reply): `None`
+/// when this sentinel does not know the name.
 fn ask_sentinel(
     sentinel: &ConnectionInfo,
     name: &str,
     timeout: Duration,
 ) -> RedisResult<Option<(String, u16)>> {
-    let mut conn = redis::Client::open(sentinel.clone())?.get_connection_with_timeout(timeout)?;
-    conn.set_read_timeout(Some(timeout))?;
-    conn.set_write_timeout(Some(timeout))?;
+    let started = Instant::now();
+    let client = redis::Client::open(sentinel.clone())?;
+    let mut conn = client.get_connection_with_timeout(timeout)?;
+    let left = timeout.saturating_sub(started.elapsed()).max(MIN_ASK);
+    conn.set_read_timeout(Some(left))?;
+    conn.set_write_timeout(Some(left))?;
     redis::cmd("SENTINEL")
         .arg("GET-MASTER-ADDR-BY-NAME")
         .arg(name)

@@ -181,14 +181,16 @@ impl ClusterRouter {
         let info = node_info(&self.seeds[0], node)?;
         let mut nodes = self.nodes.lock().ok()?;
         let key = display_addr(info.addr());
-        let pool = nodes.entry(key).or_insert_with(|| {
-            let client = redis::Client::open(info).expect("a node's address is usable");
-            Arc::new(Pool::new(
-                self.settings.clone(),
-                Connector::Direct(Box::new(client)),
-            ))
-        });
-        Some(Arc::clone(pool))
+        if let Some(pool) = nodes.get(&key) {
+            return Some(Arc::clone(pool));
+        }
+        let client = redis::Client::open(info).ok()?;
+        let pool = Arc::new(Pool::new(
+            self.settings.clone(),
+            Connector::Direct(Box::new(client)),
+        ));
+        nodes.insert(key, Arc::clone(&pool));
+        Some(pool)
     }
 
     fn moved(&self, slot: u16, node: &str) {

@@ -36,7 +36,17 @@ pub fn init(ruby: &Ruby, native: RModule) -> Result<(), Error> {
     let policy = method!(NativeLocker::maxmemory_policy, 0);
     class.define_method("maxmemory_policy", policy)?;
     native.define_module_function("key_prefix_problem", function!(key_prefix_problem, 1))?;
+    native.define_module_function("url_problem", function!(url_problem, 1))?;
     Ok(())
+}
+
+/// Why the redis crate cannot use `url`, or nil (the reason never quotes the URL).
+fn url_problem(url: String) -> Option<String> {
+    use redis::IntoConnectionInfo;
+    url.as_str()
+        .into_connection_info()
+        .err()
+        .map(|e| e.detail().unwrap_or("cannot parse it").to_owned())
 }
 
 /// Why `prefix` cannot be a key prefix (it would reach the gem's own keys), or nil.

@@ -1,0 +1,265 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require_relative "../support/topologies"
+
+# min_replicas: an acquisition counts only once that many replicas acknowledged it (WAIT on the
+# same connection); otherwise it is released again and NotReplicated raised. On the suite's shared
+# RedisSentinelSet where nothing is killed (its replica is only paused, and resumed), on fresh sets
+# where the primary is killed or failed over, and on the suite's standalone Redis.
+RSpec.describe "min_replicas", :topology do
+  let(:set) { RedisSentinelSet.shared }
+
+  after { clients.each(&:close) }
+
+  def clients
+    @clients ||= []
+  end
+
+  def client_of(node)
+    node.client.tap { |client| clients << client }
+  end
+
+  def locker_of(topology, **options)
+    LockManager::Locker.new(sentinels: topology.sentinel_urls, sentinel_master: topology.name,
+                            redis_url: topology.master_url, key_prefix: prefix, **options)
+  end
+
+  def replicated_locker(topology = set, **options)
+    locker_of(topology, min_replicas: 1, **options)
+  end
+
+  def full(key)
+    "#{prefix}#{key}"
+  end
+
+  def wait_calls(client)
+    client.info("commandstats").dig("wait", "calls").to_i
+  end
+
+  def measured(**values)
+    warn "  #{RSpec.current_example.description[0, 60]}: #{values}" if ENV["LM_FAULTS_TIMES"]
+  end
+
+  # Until the replica acknowledges a write of the primary: one that has just synced acknowledges
+  # nothing before its first REPLCONF ACK, up to a second later.
+  def await_acknowledgements(topology)
+    client = client_of(topology.primary)
+    eventually(timeout: 15, interval: 0.05) { client.incr(full("probe")) && client.wait(1, 100) == 1 }
+    client.del(full("probe"))
+  end
+
+  # Pauses the shared set's replica (SIGSTOP) while the block runs.
+  def with_replica_paused
+    replica = set.replica
+    set.pause(replica)
+    yield replica
+  ensure
+    set.resume(replica)
+  end
+
+  describe "on a primary with a replica that answers" do
+    it "grants after the replica acknowledged: the lock is on the replica before the block runs" do
+      await_acknowledgements(set)
+      locker = replicated_locker
+      primary = client_of(set.primary)
+      replica = client_of(set.replica)
+      waits = wait_calls(primary)
+
+      on_both = ->(key) { [primary.get(full(key)), replica.get(full(key))] }
+      in_block = locker.nonblocking_lock("report", timeout: 30) { on_both.call("report") }.result
+      waited = locker.blocking_lock("waited", timeout: 5) { on_both.call("waited") }
+      lock = locker.try_lock("handle", timeout: 30)
+      shared = locker.nonblocking_lock("partner-api", limit: 2) { |result| [result.fencing_token, result.lost?] }
+
+      [in_block, waited].each { |on_primary, on_replica| expect(on_replica).to eq(on_primary).and(be_a(String)) }
+      expect(replica.get(full("handle"))).to eq(lock.token)
+      expect([shared.run?, shared.result]).to match([true, [be > 0, false]])
+      expect(wait_calls(primary) - waits).to be >= 4 # one WAIT per grant
+      expect(lock.release).to be(true)
+      expect(held_keys(primary, "#{prefix}*")).to eq([])
+    end
+
+    it "hands a released lock to a waiter only once its own attempt is acknowledged (replica paused at the " \
+       "release)" do
+      await_acknowledgements(set)
+      locker = replicated_locker
+      primary = client_of(set.primary)
+      holder = locker_of(set).try_lock("k", timeout: 30) # another Locker, without min_replicas
+      waiter = Thread.new { locker.blocking_lock("k", timeout: 10) { monotonic } }
+      eventually { primary.zcard(queue_key(full("k"))) == 1 }
+
+      resumed_at = nil
+      with_replica_paused do
+        expect(holder.release).to be(true) # handed to the waiter, which must confirm it
+        sleep 1
+        expect(waiter).to be_alive
+        resumed_at = monotonic
+      end
+      got_at = waiter.value
+
+      measured(after_resume: (got_at - resumed_at).round(3))
+      expect(got_at - resumed_at).to be_between(0, 1.0)
+      expect(held_keys(primary, "#{prefix}*")).to eq([])
+    end
+  end
+
+  describe "with the replica paused (SIGSTOP)" do
+    it "nonblocking_lock and try_lock raise NotReplicated within about replica_timeout, and leave no lock " \
+       "behind" do
+      await_acknowledgements(set)
+      locker = replicated_locker
+      primary = client_of(set.primary)
+      errors = with_replica_paused do
+        [timed_error(LockManager::NotReplicated) { locker.nonblocking_lock("report") { raise "must not run" } },
+         timed_error(LockManager::NotReplicated) { locker.try_lock("handle") },
+         timed_error(LockManager::NotReplicated) { locker.nonblocking_lock("pool", limit: 2) { raise "must not run" } }]
+      end
+
+      measured(took: errors.map { |_, took| took.round(3) })
+      errors.each do |error, took|
+        expect(took).to be < 0.05 + 0.5
+        expect(error).to be_a(LockManager::Error)
+        expect(error.message).to include("0 of the 1 replicas", "min_replicas")
+      end
+      expect(errors.map { |error, _| error.message[/\Alock "[^"]+"/] })
+        .to eq(['lock "report"', 'lock "handle"', 'lock "pool"'])
+      expect(primary.keys("#{prefix}*")).to eq([])
+      expect(held_keys(primary, "#{prefix}*")).to eq([]) # only the fencing counters live on
+      free = locker_of(set)
+      expect(free.try_lock("report")&.release).to be(true) # released again: free for others
+      expect(free.nonblocking_lock("pool", limit: 1) { :free }.result).to eq(:free)
+    end
+
+    it "blocking_lock keeps trying until its deadline, then raises NotReplicated" do
+      await_acknowledgements(set)
+      locker = replicated_locker
+      error, took = with_replica_paused do
+        timed_error(LockManager::NotReplicated) do
+          locker.blocking_lock("report", timeout: 1.5) { raise "must not run" }
+        end
+      end
+
+      measured(took: took.round(3))
+      expect(took).to be_between(1.5, 2.5)
+      expect(error.message).to include('"report"', "0 of the 1 replicas")
+      expect(held_keys(client_of(set.primary), "#{prefix}*")).to eq([])
+    end
+
+    it "blocking_lock succeeds once the replica is resumed before its deadline" do
+      await_acknowledgements(set)
+      locker = replicated_locker
+      replica = set.replica
+      set.pause(replica)
+      resumer = Thread.new do
+        sleep 1
+        set.resume(replica)
+        monotonic
+      end
+      began = monotonic
+      on_replica = locker.blocking_lock("report", timeout: 6) { client_of(replica).get(full("report")) }
+      took = monotonic - began
+      resumed_at = resumer.value
+
+      measured(took: took.round(3), after_resume: (began + took - resumed_at).round(3))
+      expect(on_replica).to be_a(String)
+      expect(took).to be_between(0.9, 3)
+      expect(held_keys(client_of(set.primary), "#{prefix}*")).to eq([])
+    ensure
+      resumer&.join
+      set.resume(replica) if replica
+    end
+  end
+
+  describe "through failovers (fresh sets)" do
+    let(:fresh) { own_server(RedisSentinelSet) }
+
+    it "a grant acknowledged before the primary is SIGKILLed is still held on the new primary, and the next " \
+       "fencing token is larger", timeout: 120 do
+      await_acknowledgements(fresh)
+      locker = replicated_locker(fresh)
+      lock = locker.try_lock("report", timeout: 60)
+
+      old = fresh.kill_primary
+      survivor = fresh.wait_for_failover(timeout: 30)
+      primary = client_of(survivor)
+      expect(primary.get(full("report"))).to eq(lock.token)
+      expect(primary.pttl(full("report"))).to be > 30_000
+      expect(lock.owned?).to be(true)
+      expect(locker_of(fresh).try_lock("report")).to be_nil # not granted twice
+      # No replica now: nothing is granted.
+      expect { locker.try_lock("other") }.to raise_error(LockManager::NotReplicated, /"other".*0 of the 1/)
+
+      fresh.restart_old_primary
+      fresh.wait_until_replica(old, timeout: 45)
+      await_acknowledgements(fresh)
+      expect(lock.release).to be(true)
+      again = locker.try_lock("report", timeout: 30)
+      expect(again.fencing_token).to be > lock.fencing_token
+      expect(client_of(old).get(full("report"))).to eq(again.token) # acknowledged by the old primary, a replica
+      expect(again.release).to be(true)
+      expect(held_keys(primary, "#{prefix}*")).to eq([])
+    end
+
+    it "through a manual SENTINEL FAILOVER: blocking callers all get in, one at a time", timeout: 90 do
+      await_acknowledgements(fresh)
+      locker = replicated_locker(fresh, pool_size: 6)
+      old = fresh.primary
+      running = true
+      runs = Queue.new
+      threads = Array.new(3) do
+        Thread.new do
+          outcomes = []
+          while running
+            outcomes << begin
+              locker.blocking_lock("shared", timeout: 30) do |lock|
+                runs << [monotonic, lock.fencing_token, :start]
+                sleep 0.05
+                runs << [monotonic, lock.fencing_token, :finish]
+                :ran
+              end
+            rescue LockManager::Error => e
+              e
+            end
+          end
+          outcomes
+        end
+      end
+      sleep 0.5
+
+      issued_at = monotonic
+      expect(client_of(fresh.sentinels.first).call("SENTINEL", "FAILOVER", fresh.name)).to eq("OK")
+      fresh.wait_for_failover(old, timeout: 30)
+      fresh.wait_until_replica(old, timeout: 45)
+      sleep 1.5 # locks on the new primary, once the old one acknowledges as its replica
+      running = false
+      outcomes = threads.flat_map(&:value)
+      events = Array.new(runs.size) { runs.pop }.sort_by(&:first)
+
+      measured(failover_and_replica: (monotonic - 1.5 - issued_at).round(3), blocks: events.size / 2,
+               outcomes: outcomes.map { |o| o.is_a?(Symbol) ? o : o.class }.tally)
+      expect(outcomes.uniq).to eq([:ran])
+      expect(events.map(&:last)).to eq(%i[start finish] * (events.size / 2)) # never two blocks at once
+      expect(events.each_slice(2).map { |start, finish| start[1] == finish[1] }).to all(be(true))
+      tokens = events.map { |event| event[1] }.uniq
+      expect(tokens).to eq(tokens.sort)
+      expect(events.count { |at, _, kind| kind == :start && at > issued_at + 3 }).to be > 0 # after it, too
+    end
+  end
+
+  describe "on a standalone Redis without a replica" do
+    it "raises NotReplicated: 0 of the 1 replicas, and leaves nothing behind" do
+      locker = new_locker(min_replicas: 1)
+
+      error, took = timed_error(LockManager::NotReplicated) do
+        locker.nonblocking_lock("report") { raise "must not run" }
+      end
+      expect(took).to be < 0.05 + 0.5
+      expect(error.message).to include('lock "report"', "0 of the 1 replicas")
+      expect { locker.try_lock("report") }.to raise_error(LockManager::NotReplicated, /0 of the 1/)
+      expect { locker.blocking_lock("report", timeout: 0.5) {} }.to raise_error(LockManager::NotReplicated)
+      expect(held_keys(redis, "#{prefix}*")).to eq([])
+      expect(new_locker.nonblocking_lock("report") { :free }.result).to eq(:free)
+    end
+  end
+end
