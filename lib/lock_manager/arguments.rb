@@ -115,6 +115,7 @@ module LockManager
       unless REDIS_SCHEMES.include?(scheme)
         raise ArgumentError, "#{name} must start with redis://, rediss:// or unix://, got #{redact(url).inspect}"
       end
+
       problem = Native.url_problem(url)
       raise ArgumentError, "#{name} is not a usable URL (#{problem}): #{redact(url).inspect}" if problem
 
