@@ -563,8 +563,9 @@ RSpec.describe "Refusals" do
       with_at = [l.inspect, l.settings.to_s, LockManager.config.inspect, LockManager.config.redis_url]
       slash = "redis://:Head/Tail-9c4d@127.0.0.1:#{server.port}/0"
       error, = outcome_and_time { LockManager::Locker.new(redis_url: slash) }
-      LockManager.configure { |c| c.redis_url = slash } # accepted: it is only parsed when first used
-      with_slash = [error.message, LockManager.config.inspect, LockManager.config.redis_url]
+      refused, = outcome_and_time { LockManager.configure { |c| c.redis_url = slash } } # parsed at configure
+      expect([error, refused]).to all(be_a(ArgumentError))
+      with_slash = [error.message, refused.message, LockManager.config.inspect, LockManager.config.redis_url]
 
       aggregate_failures do
         expect(with_at.select { |text| text.include?("Tail-9c4d") }).to eq([])
