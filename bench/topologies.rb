@@ -1,15 +1,18 @@
 # frozen_string_literal: true
 
-# The gem on each Redis topology, in one run: a standalone redis-server, a local Cluster of 3
-# masters (1 replica each) and a Sentinel-managed primary (1 replica, 3 sentinels), all started
-# here on free loopback ports.
+# The gem on each Redis topology, in one run, all started here on free loopback ports: a
+# standalone redis-server and a local Cluster of 3 masters without replicas (what routing costs);
+# a Sentinel-managed primary (1 replica, 3 sentinels) reached through Sentinel and, as its
+# baseline, by its address (what discovery costs: a primary with a replica does more work per write
+# than one without); and the Cluster of the suite, 3 masters with 1 replica each.
 #
 #   bundle exec ruby bench/topologies.rb
 #
 #   uncontended  8 threads, each its own key (on a Cluster: spread over the 3 masters), lock +
 #                empty block + unlock for SECONDS (default 2) per round, ROUNDS rounds (default
 #                3) alternating between topologies: cycles/s and the client's CPU per cycle.
-#                Target: a Cluster's client CPU per cycle at most 1.15x standalone's.
+#                Target: a Cluster's client CPU per cycle at most 1.15x standalone's; Sentinel
+#                the same as its primary reached directly, within noise.
 #   handoff      4 threads x 25 blocking_lock turns at one key, each holding it 2 ms: the total
 #                against the ideal 100 x 2 ms. Target on a Cluster: at most 1.3x.
 #   publish      Cluster only, redis-rb with no gem: Redis's CPU (all 6 nodes) per message and the
@@ -117,20 +120,24 @@ end
 
 TopologyNode.own_session = true # every redis-server a service of its own, as the standalone one
 standalone = RedisServer.new(own_session: true).start
-cluster = RedisCluster.new.start
+cluster = RedisCluster.new(replicas: false).start
+replicated = RedisCluster.new.start
 sentinel = RedisSentinelSet.new.start
 at_exit do
-  [standalone, cluster, sentinel].each(&:shutdown)
+  [standalone, cluster, replicated, sentinel].each(&:shutdown)
 end
 Bench.header(standalone.url)
-puts "topologies:   standalone, Cluster of 3 masters + 3 replicas, Sentinel (primary + replica + 3 sentinels)"
+puts "topologies:   standalone, Cluster of 3 masters, Sentinel (primary + replica + 3 sentinels) and its " \
+     "primary direct, Cluster of 3 masters + 3 replicas"
 puts
 
 prefix = "bench:"
 topologies = {
   "standalone" => { redis_url: standalone.url },
   "cluster" => { cluster: cluster.seed_urls },
-  "sentinel" => { sentinels: sentinel.sentinel_urls, sentinel_master: "mymaster", redis_url: sentinel.master_url }
+  "primary" => { redis_url: "redis://127.0.0.1:#{sentinel.primary.port}/0" },
+  "sentinel" => { sentinels: sentinel.sentinel_urls, sentinel_master: "mymaster", redis_url: sentinel.master_url },
+  "cluster+r" => { cluster: replicated.seed_urls }
 }
 spread = cluster.keys_on_each_master(3, base: "uncontended", prefix: prefix).values.flatten
 keys = spread.first(THREADS).map { |key| key.delete_prefix(prefix) }
@@ -159,6 +166,8 @@ end
 ratio = median(results["cluster"].map(&:last)) / base_cpu
 puts "  Cluster client CPU per cycle #{format("%.2fx", ratio)} standalone's (target <= #{CPU_TARGET}x): " \
      "#{Bench.verdict(ratio, CPU_TARGET)}"
+through = median(results["sentinel"].map(&:first)) / median(results["primary"].map(&:first))
+puts "  Sentinel #{format("%.2fx", through)} the cycles/s of its primary reached directly"
 
 puts
 puts "hand-off, #{WORKERS} threads x #{TURNS} turns holding #{(HOLD * 1000).round} ms " \
@@ -175,9 +184,9 @@ puts "  Cluster #{format("%.2fx", median(handoffs["cluster"]))} (target <= #{HAN
      "#{Bench.verdict(median(handoffs["cluster"]), HANDOFF_TARGET)}"
 
 puts
-puts "publish on the Cluster, #{MESSAGES} messages (redis-rb, no gem):"
+puts "publish on the Cluster with replicas, #{MESSAGES} messages (redis-rb, no gem):"
 %w[PUBLISH SPUBLISH].each do |verb|
-  per_message, median, p99 = publications(cluster, verb, "bench-channel-#{verb.downcase}")
+  per_message, median, p99 = publications(replicated, verb, "bench-channel-#{verb.downcase}")
   puts format("  %<verb>-9s Redis CPU %<cpu>5.1f µs/message over all nodes, delivery median %<median>.2f ms, " \
               "p99 %<p99>.2f ms", verb: verb, cpu: per_message, median: median, p99: p99)
 end

@@ -437,8 +437,11 @@ class RedisCluster
   # @return [Array<ClusterNode>] every node, up or down: the first half were masters at start
   attr_reader :nodes
 
-  def initialize(masters: 3)
-    @nodes = Array.new(masters * 2) { ClusterNode.new }
+  # @param replicas [Boolean] one replica per master (false: masters only, for benchmarks that
+  #   compare a Cluster's routing with one server's)
+  def initialize(masters: 3, replicas: true)
+    @masters = masters
+    @nodes = Array.new(replicas ? masters * 2 : masters) { ClusterNode.new }
     @killed_slots = {}
   end
 
@@ -507,7 +510,7 @@ class RedisCluster
   # Slots split evenly over the first half of the nodes, distinct config epochs (as redis-cli
   # --cluster create sets them), every node met through the first, then each replica given its master.
   def form
-    first_masters = nodes.first(nodes.size / 2)
+    first_masters = nodes.first(@masters)
     first_masters.each_with_index do |node, n|
       node.admin.call("CLUSTER", "ADDSLOTSRANGE", n * SLOTS / first_masters.size,
                       ((n + 1) * SLOTS / first_masters.size) - 1)
@@ -515,15 +518,15 @@ class RedisCluster
     nodes.each_with_index { |node, n| node.admin.call("CLUSTER", "SET-CONFIG-EPOCH", n + 1) }
     nodes.drop(1).each { |node| nodes.first.admin.call("CLUSTER", "MEET", "127.0.0.1", node.port, node.bus_port) }
     wait_until("every node met", timeout: 10) { nodes.all? { |node| known_nodes(node) == nodes.size } }
-    nodes.last(first_masters.size).zip(first_masters) do |replica, master|
+    nodes.drop(@masters).zip(first_masters) do |replica, master|
       replica.admin.call("CLUSTER", "REPLICATE", master.id)
     end
   end
 
   # Agreed, and every master with a replica whose link is up.
   def formed?
-    agreed? && masters.size == nodes.size / 2 &&
-      masters.all? { |master| (replica = replica_of(master)) && link_up?(replica) }
+    agreed? && masters.size == @masters &&
+      (nodes.size == @masters || masters.all? { |master| (replica = replica_of(master)) && link_up?(replica) })
   end
 end
 
