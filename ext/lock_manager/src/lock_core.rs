@@ -411,8 +411,22 @@ impl LockCore {
             &args[..5]
         };
         let undo = (!queued).then_some(&undo as Undo);
+        self.scripted_attempt(claim, keys, wait, wait_args, undo, interrupt)
+    }
+
+    /// Runs a script of one attempt (`{1, fencing token}` when taken, see `attempt_from`) and,
+    /// with `min_replicas`, has an acquisition acknowledged or undone.
+    fn scripted_attempt(
+        &self,
+        claim: &Claim,
+        keys: &LockKeys,
+        script: &LuaScript,
+        args: &[&[u8]],
+        undo: Option<Undo>,
+        interrupt: &Interrupt,
+    ) -> Result<Attempt, LockError> {
         let (reply, acknowledged) = self.round_trip(&keys.lock, interrupt, undo, |conn, _| {
-            let reply = wait.run::<Vec<i64>>(conn, &keys.all(), wait_args)?;
+            let reply = script.run::<Vec<i64>>(conn, &keys.all(), args)?;
             let taken = matches!(attempt_from(&reply), Attempt::Acquired(_));
             Ok((reply, self.acknowledged_if(taken, conn)?))
         })?;
@@ -436,17 +450,7 @@ impl LockCore {
             ];
             RELEASE_SHARED.send_after(conn, &keys.all(), &release_args);
         };
-        let (reply, acknowledged) =
-            self.round_trip(&keys.lock, interrupt, Some(&undo), |conn, _| {
-                let reply = ACQUIRE_SHARED.run::<Vec<i64>>(conn, &keys.all(), &args)?;
-                let taken = matches!(attempt_from(&reply), Attempt::Acquired(_));
-                Ok((reply, self.acknowledged_if(taken, conn)?))
-            })?;
-        let attempt = attempt_from(&reply);
-        if matches!(attempt, Attempt::Acquired(_)) {
-            self.check_replicated(claim, acknowledged)?;
-        }
-        Ok(attempt)
+        self.scripted_attempt(claim, &keys, &ACQUIRE_SHARED, &args, Some(&undo), interrupt)
     }
 
     /// With `min_replicas`, after `taken` an acquisition on `conn`: how many replicas
