@@ -4,6 +4,7 @@ require "spec_helper"
 require "json"
 require_relative "../support/topologies"
 require_relative "../support/process_helpers"
+require_relative "../support/cross_process"
 
 # The seed's stories on a Redis Cluster (RedisCluster.shared: 3 masters, 1 replica each), with
 # Lockers given the masters as `cluster:` seeds and keys on all 3 masters: each story is checked
@@ -337,6 +338,107 @@ RSpec.describe "Locks on a Redis Cluster", :topology do
       expect(tokens).to eq(tokens.sort.uniq)
     end
     cluster.masters.each { |master| expect(leftovers(master)).to eq([]) }
+  end
+
+  # limit:, fair: and renew: with the holders in processes of their own (see CrossProcess), each
+  # process locking a key on each master, one thread per key.
+  describe "across processes (ruby -e children, cluster: seeds)" do
+    include CrossProcess
+
+    def topology_env
+      { "LM_SEEDS" => cluster.seed_urls.join(",") }
+    end
+
+    # Waiters queued for `key`, on the master serving its slot.
+    def queued(key)
+      node_client(master_of(key)).zcard(KeySlots.queue_key(prefix + key))
+    end
+
+    it "limit: 2 lets at most 2 of 4 processes in at once (and 2 do get in), over all their cycles, with growing " \
+       "fencing tokens, for a key on each master", timeout: 30 do
+      keys = key_on_each_master(base: "pool").values
+      children = lock_processes(4, "cycles", keys, cycles: 3, limit: 2, hold: 0.15, timeout: 10)
+      children.each { |child| child.puts("go") }
+      runs, statuses = finished_runs(children)
+
+      expect(statuses).to eq([0] * 4)
+      by_key = runs.group_by { |run| run.fetch("key") }
+      expect(by_key.keys).to match_array(keys)
+      by_key.each do |key, key_runs|
+        expect(key_runs.map { |run| run.fetch("child") }.tally).to eq({ 0 => 3, 1 => 3, 2 => 3, 3 => 3 })
+        expect(peak_inside(key_runs)).to eq(2), "#{key}: #{key_runs.map { |run| run.values_at("entered", "left") }}"
+        tokens = key_runs.map { |run| run.fetch("token") }
+        expect(tokens).to all(be_an(Integer))
+        expect(tokens.uniq.size).to eq(12)
+        expect(token_order_violations(key_runs)).to eq([]), key
+      end
+      cluster.masters.each { |master| expect(leftovers(master)).to eq([]) }
+    end
+
+    it "fair: true gives the lock to 3 processes in the order they queued behind a holding process, for a key on " \
+       "each master", timeout: 30 do
+      keys = key_on_each_master(base: "fair").values
+      holder = lock_process("hold", keys, timeout: 10)
+      waiters = lock_processes(3, "cycles", keys, fair: true, hold: 0.05, timeout: 10)
+      holder.puts("go")
+      expect(reports_until(holder, "holding")).to eq([])
+      waiters.each_with_index do |waiter, n|
+        waiter.puts("go")
+        eventually(timeout: 5) { keys.all? { |key| queued(key) == n + 1 } } # on every master, behind the previous one
+      end
+
+      holder.puts("release")
+      held = reports_until(holder, "done")
+      runs, statuses = finished_runs(waiters)
+
+      expect(holder.wait&.exitstatus).to eq(0)
+      expect(statuses).to eq([0, 0, 0])
+      expect(held.map { |report| report.values_at("key", "run", "lost") })
+        .to match_array(keys.map { |key| [key, true, false] })
+      by_key = runs.group_by { |run| run.fetch("key") }
+      expect(by_key.keys).to match_array(keys)
+      by_key.each do |key, key_runs|
+        order = entry_order(key_runs)
+        expect(order.map(&:first)).to eq([0, 1, 2]), "#{key}: #{order.inspect}"
+        holder_token = held.find { |report| report.fetch("key") == key }.fetch("token")
+        expect([holder_token] + order.map(&:last)).to eq(([holder_token] + order.map(&:last)).sort.uniq)
+        expect(peak_inside(key_runs)).to eq(1)
+      end
+      cluster.masters.each { |master| expect(leftovers(master)).to eq([]) }
+    end
+
+    it "renew: true keeps a process's locks (timeout: 1) for 3 s, while this process is refused them, and " \
+       "frees them after, for a key on each master", timeout: 30 do
+      by_master = key_on_each_master(base: "renewed")
+      keys = by_master.values
+      child = lock_process("hold", keys, timeout: 1, renew: true)
+      other = cluster_locker
+      child.puts("go")
+      expect(reports_until(child, "holding")).to eq([])
+
+      attempts = []
+      started = monotonic
+      while monotonic - started < 3
+        by_master.each do |master, key|
+          attempts << [key, other.nonblocking_lock(key) { :taken }.run?, node_client(master).pttl(prefix + key)]
+        end
+        sleep 0.1
+      end
+      child.puts("release")
+      held = reports_until(child, "done")
+
+      expect(child.wait&.exitstatus).to eq(0)
+      expect(held.map { |report| report.values_at("key", "run", "lost_inside", "lost") })
+        .to match_array(keys.map { |key| [key, true, false, false] })
+      expect(held.map { |report| report.fetch("held_for") }).to all(be >= 3)
+      attempts.group_by(&:first).each do |key, tries|
+        expect(tries.size).to be >= 20
+        expect(tries.map { |_, ran, _| ran }).to all(be(false)), "#{key} was taken while renewed"
+        expect(tries.map(&:last)).to all(be_between(1, 1000)) # renewed: it outlived its 1 s
+      end
+      keys.each { |key| expect(other.nonblocking_lock(key) { :free }.result).to eq(:free) }
+      by_master.each_key { |master| expect(leftovers(master)).to eq([]) }
+    end
   end
 
   it "takes, checks, hands over and releases lock handles, for a key on each master", timeout: 30 do

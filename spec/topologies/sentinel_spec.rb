@@ -3,6 +3,7 @@
 require "spec_helper"
 require_relative "../support/topologies"
 require_relative "../support/process_helpers"
+require_relative "../support/cross_process"
 
 # Locks through Sentinel: the seed's stories on the suite's shared RedisSentinelSet (nothing here
 # kills or pauses its nodes), the same across real processes, and passwords and unreachable or
@@ -194,9 +195,16 @@ RSpec.describe "Locks through Sentinel", :topology do
   end
 
   describe "across processes" do
+    include CrossProcess
+
     def child_env
       { "LM_SENTINELS" => set.sentinel_urls.join(","), "LM_MASTER" => set.name, "LM_URL" => set.master_url,
         "LM_PREFIX" => prefix }
+    end
+
+    # For CrossProcess's children.
+    def topology_env
+      child_env
     end
 
     def child(body)
@@ -236,6 +244,77 @@ RSpec.describe "Locks through Sentinel", :topology do
 
       expect(woke_at - released_at).to be_between(0, 0.5)
       expect([holder, skipped, waiter].map { |process| process.wait&.exitstatus }).to eq([0, 0, 0])
+      expect(held_keys(primary, "#{prefix}*")).to eq([])
+    end
+
+    it "limit: 2 lets at most 2 of 4 processes in at once (and 2 do get in), over all their cycles, with growing " \
+       "fencing tokens", timeout: 30 do
+      children = lock_processes(4, "cycles", ["partner-api"], cycles: 4, limit: 2, hold: 0.15, timeout: 10)
+      children.each { |child| child.puts("go") }
+      runs, statuses = finished_runs(children)
+
+      expect(statuses).to eq([0] * 4)
+      expect(runs.map { |run| run.fetch("key") }.uniq).to eq(["partner-api"])
+      expect(runs.map { |run| run.fetch("child") }.tally).to eq({ 0 => 4, 1 => 4, 2 => 4, 3 => 4 })
+      expect(peak_inside(runs)).to eq(2), runs.map { |run| run.values_at("entered", "left") }.inspect
+      tokens = runs.map { |run| run.fetch("token") }
+      expect(tokens).to all(be_an(Integer))
+      expect(tokens.uniq.size).to eq(16)
+      expect(token_order_violations(runs)).to eq([])
+      expect(held_keys(primary_client, "#{prefix}*")).to eq([])
+    end
+
+    it "fair: true gives the lock to 3 processes in the order they queued behind a holding process", timeout: 30 do
+      holder = lock_process("hold", ["k"], timeout: 10)
+      waiters = lock_processes(3, "cycles", ["k"], fair: true, hold: 0.05, timeout: 10)
+      primary = primary_client
+      holder.puts("go")
+      expect(reports_until(holder, "holding")).to eq([])
+      waiters.each_with_index do |waiter, n|
+        waiter.puts("go")
+        eventually(timeout: 5) { primary.zcard(queue_key(full("k"))) == n + 1 } # behind the previous one
+      end
+
+      holder.puts("release")
+      held = reports_until(holder, "done")
+      runs, statuses = finished_runs(waiters)
+
+      expect(holder.wait&.exitstatus).to eq(0)
+      expect(statuses).to eq([0, 0, 0])
+      expect(held.map { |report| report.values_at("key", "run", "lost") }).to eq([["k", true, false]])
+      order = entry_order(runs)
+      expect(order.map(&:first)).to eq([0, 1, 2]), order.inspect
+      tokens = [held.first.fetch("token")] + order.map(&:last)
+      expect(tokens).to eq(tokens.sort.uniq)
+      expect(peak_inside(runs)).to eq(1)
+      expect(held_keys(primary, "#{prefix}*")).to eq([])
+    end
+
+    it "renew: true keeps a process's lock (timeout: 1) for 3 s, while this process is refused it, and frees it " \
+       "after", timeout: 30 do
+      child = lock_process("hold", ["import"], timeout: 1, renew: true)
+      other = sentinel_locker
+      primary = primary_client
+      child.puts("go")
+      expect(reports_until(child, "holding")).to eq([])
+
+      attempts = []
+      started = monotonic
+      while monotonic - started < 3
+        attempts << [other.nonblocking_lock("import") { :taken }.run?, primary.pttl(full("import"))]
+        sleep 0.1
+      end
+      child.puts("release")
+      held = reports_until(child, "done")
+
+      expect(child.wait&.exitstatus).to eq(0)
+      expect(held.map { |report| report.values_at("key", "run", "lost_inside", "lost") })
+        .to eq([["import", true, false, false]])
+      expect(held.first.fetch("held_for")).to be >= 3
+      expect(attempts.size).to be >= 20
+      expect(attempts.map(&:first)).to all(be(false)), "taken while renewed: #{attempts.inspect}"
+      expect(attempts.map(&:last)).to all(be_between(1, 1000)) # renewed: it outlived its 1 s
+      expect(other.nonblocking_lock("import") { :free }.result).to eq(:free)
       expect(held_keys(primary, "#{prefix}*")).to eq([])
     end
   end
