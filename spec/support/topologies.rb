@@ -708,3 +708,27 @@ class RedisSentinelSet
     node.admin.info("replication")["master_link_status"] == "up"
   end
 end
+
+# Plain redis-rb clients of topology nodes, closed after each example tagged :topology.
+module TopologyClients
+  # A new client of `node`.
+  def client_of(node)
+    node.client.tap { |client| topology_clients << client }
+  end
+
+  # The example's one client of `node`.
+  def node_client(node)
+    (@node_clients ||= {})[node] ||= client_of(node)
+  end
+
+  def topology_clients
+    @topology_clients ||= []
+  end
+end
+
+if defined?(RSpec) # also loaded by benchmarks and child processes
+  RSpec.configure do |config|
+    config.include TopologyClients, :topology
+    config.after(:each, :topology) { topology_clients.each(&:close) }
+  end
+end

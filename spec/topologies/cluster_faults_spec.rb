@@ -62,14 +62,8 @@ RSpec.describe "A Redis Cluster changing under the locks", :topology do
     LockManager.configure { |c| c.logger = Logger.new(io) }
   end
 
-  after { (@node_clients || {}).each_value(&:close) }
-
   def cluster_locker(seeds: cluster.seed_urls, **options)
     LockManager::Locker.new(cluster: seeds, key_prefix: prefix, **options)
-  end
-
-  def node_client(node)
-    (@node_clients ||= {})[node] ||= node.client
   end
 
   def master_of(key)

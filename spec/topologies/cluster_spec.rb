@@ -20,18 +20,10 @@ RSpec.describe "Locks on a Redis Cluster", :topology do
     /\A\h{8}-\h{4}-4\h{3}-[89ab]\h{3}-\h{12}\z/
   end
 
-  after do
-    stop_all
-    (@node_clients || {}).each_value(&:close)
-  end
+  after { stop_all }
 
   def cluster_locker(**options)
     LockManager::Locker.new(cluster: cluster.seed_urls, key_prefix: prefix, **options)
-  end
-
-  # A plain redis-rb client of `node`, closed after the example.
-  def node_client(node)
-    (@node_clients ||= {})[node] ||= node.client
   end
 
   # `count` keys on each master, as {master => keys}; checks they lie on 3 distinct masters.

@@ -6,17 +6,6 @@ require_relative "../support/topologies"
 # The Cluster and Sentinel set-ups of spec/support/topologies.rb, checked with plain redis-rb: what
 # the gem's topology specs take for granted.
 RSpec.describe "Topology infrastructure", :topology do
-  def clients
-    @clients ||= []
-  end
-
-  # A plain redis-rb client of one node, closed after the example.
-  def client_of(node)
-    node.client.tap { |client| clients << client }
-  end
-
-  after { clients.each(&:close) }
-
   describe RedisCluster do
     let(:cluster) { RedisCluster.shared }
 
@@ -102,11 +91,11 @@ RSpec.describe "Topology infrastructure", :topology do
       set = RedisSentinelSet.shared
       expect(set.sentinel_urls.size).to eq(3)
       set.sentinel_urls.each do |url|
-        sentinel = Redis.new(url: url, timeout: 2).tap { |client| clients << client }
+        sentinel = Redis.new(url: url, timeout: 2).tap { |client| topology_clients << client }
         expect(sentinel.call("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster"))
           .to eq(["127.0.0.1", set.primary.port.to_s])
       end
-      primary = Redis.new(url: set.master_url, timeout: 2).tap { |client| clients << client }
+      primary = Redis.new(url: set.master_url, timeout: 2).tap { |client| topology_clients << client }
       primary.set("#{prefix}written", "on the primary")
       primary.wait(1, 1000)
       expect(client_of(set.replica).get("#{prefix}written")).to eq("on the primary")
@@ -118,7 +107,7 @@ RSpec.describe "Topology infrastructure", :topology do
       old_replica = set.replica
       expect(set.master_url).to eq("redis://:data-pw@127.0.0.1:#{old_primary.port}/0")
       expect(set.sentinel_urls).to all(start_with("redis://:sentinel-pw@127.0.0.1:"))
-      expect { Redis.new(url: "redis://127.0.0.1:#{set.sentinels.first.port}").tap { |c| clients << c }.ping }
+      expect { Redis.new(url: "redis://127.0.0.1:#{set.sentinels.first.port}").tap { |c| topology_clients << c }.ping }
         .to raise_error(Redis::CommandError, /NOAUTH/)
 
       took = elapsed do
@@ -140,7 +129,7 @@ RSpec.describe "Topology infrastructure", :topology do
       node = set.replica
       set.pause(node)
       begin
-        expect { Redis.new(url: node.url, timeout: 0.3).tap { |c| clients << c }.ping }
+        expect { Redis.new(url: node.url, timeout: 0.3).tap { |c| topology_clients << c }.ping }
           .to raise_error(Redis::TimeoutError)
       ensure
         set.resume(node)

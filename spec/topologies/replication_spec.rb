@@ -10,16 +10,6 @@ require_relative "../support/topologies"
 RSpec.describe "min_replicas", :topology do
   let(:set) { RedisSentinelSet.shared }
 
-  after { clients.each(&:close) }
-
-  def clients
-    @clients ||= []
-  end
-
-  def client_of(node)
-    node.client.tap { |client| clients << client }
-  end
-
   def locker_of(topology, **options)
     LockManager::Locker.new(sentinels: topology.sentinel_urls, sentinel_master: topology.name,
                             redis_url: topology.master_url, key_prefix: prefix, **options)

@@ -11,16 +11,6 @@ require_relative "../support/process_helpers"
 RSpec.describe "Sentinel failovers", :topology do
   let(:fresh) { own_server(RedisSentinelSet) }
 
-  after { clients.each(&:close) }
-
-  def clients
-    @clients ||= []
-  end
-
-  def client_of(node)
-    node.client.tap { |client| clients << client }
-  end
-
   def sentinel_locker(**options)
     LockManager::Locker.new(sentinels: fresh.sentinel_urls, sentinel_master: fresh.name,
                             redis_url: fresh.master_url, key_prefix: prefix, **options)

@@ -13,19 +13,7 @@ RSpec.describe "Locks through Sentinel", :topology do
 
   let(:set) { RedisSentinelSet.shared }
 
-  after do
-    stop_all
-    clients.each(&:close)
-  end
-
-  def clients
-    @clients ||= []
-  end
-
-  # A plain redis-rb client of a node, closed after the example.
-  def client_of(node)
-    node.client.tap { |client| clients << client }
-  end
+  after { stop_all }
 
   def primary_client(topology = set)
     client_of(topology.primary)
