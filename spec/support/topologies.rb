@@ -413,7 +413,11 @@ module ClusterFaults
     node
   end
 
-  # SIGSTOP: it keeps its sockets and answers nothing; the others may fail it over.
+end
+
+# SIGSTOP and SIGCONT of a topology's node: it keeps its sockets and answers nothing (a paused
+# master or primary is failed over after about a second).
+module NodePausing
   def pause(node)
     node.pause
   end
@@ -430,6 +434,7 @@ class RedisCluster
   include ClusterMigration
   include ClusterKeys
   include ClusterFaults
+  include NodePausing
   extend SharedTopology
 
   SLOTS = KeySlots::SLOTS
@@ -571,20 +576,13 @@ module SentinelFaults
     node
   end
 
-  # SIGSTOP: it keeps its sockets and answers nothing; a paused primary is failed over after 1 s.
-  def pause(node)
-    node.pause
-  end
-
-  def resume(node)
-    node.resume
-  end
 end
 
 # A primary, a replica and 3 sentinels (quorum 2) watching them, on loopback.
 class RedisSentinelSet
   include TopologyWaiting
   include SentinelFaults
+  include NodePausing
   extend SharedTopology
 
   SENTINELS = 3
