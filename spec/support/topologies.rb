@@ -412,7 +412,6 @@ module ClusterFaults
     end
     node
   end
-
 end
 
 # SIGSTOP and SIGCONT of a topology's node: it keeps its sockets and answers nothing (a paused
@@ -575,7 +574,6 @@ module SentinelFaults
     end
     node
   end
-
 end
 
 # A primary, a replica and 3 sentinels (quorum 2) watching them, on loopback.
