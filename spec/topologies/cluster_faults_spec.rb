@@ -272,4 +272,40 @@ RSpec.describe "A Redis Cluster changing under the locks", :topology do
     expect(cluster.masters).to include(replica)
     expect(held_keys(node_client(replica), "#{prefix}*")).to eq([])
   end
+
+  it "with min_replicas: 1, grants a lock its master's replica acknowledged, and refuses it, leaving no lock, while " \
+     "that replica is stopped; other masters' keys are granted meanwhile", timeout: 40 do
+    locker = cluster_locker(min_replicas: 1)
+    keys = cluster.keys_on_each_master(1, base: "acked", prefix: prefix).values.flatten.map do |k|
+      k.delete_prefix(prefix)
+    end
+    victim_key, *other_keys = keys
+    master = master_of(victim_key)
+    replica = cluster.replica_of(master)
+    waits_before = node_client(master).info("commandstats").dig("wait", "calls").to_i
+    replica_client = client_of(replica).tap { |client| client.call("READONLY") } # a Cluster replica's reads
+    on_replica = locker.nonblocking_lock(victim_key) { replica_client.get(prefix + victim_key) }
+    expect(on_replica.result).to match(/\A\h{8}-/) # the replica had the token before the block ran
+    waits = node_client(master).info("commandstats").dig("wait", "calls").to_i
+    expect(waits).to be > waits_before
+
+    cluster.pause(replica)
+    begin
+      started = monotonic
+      error = begin
+        locker.nonblocking_lock(victim_key) { :ran }
+      rescue LockManager::Error => e
+        e
+      end
+      took = monotonic - started
+      others = other_keys.map { |key| locker.nonblocking_lock(key) { :ran }.result }
+    ensure
+      cluster.resume(replica)
+    end
+    expect(error).to be_a(LockManager::NotReplicated)
+    expect(error.message).to include(victim_key.inspect, "0 of the 1")
+    expect(took).to be < 1.0
+    expect(node_client(master).exists?(prefix + victim_key)).to be(false)
+    expect(others).to eq(%i[ran ran])
+  end
 end
