@@ -77,13 +77,23 @@ module LockManager
     private
 
     def why(timeout, renewed, max_hold)
-      return "longer than its timeout of #{timeout}s, and the lock had expired when released" unless renewed
+      return expired_or_gone(timeout) unless renewed
       if max_hold && ran_for.to_f >= max_hold
         return "longer than max_hold (#{max_hold}s): renewal stopped and the lock expired"
       end
 
       "and a renewal found the lock expired or held by another (Redis unreachable for its timeout of " \
         "#{timeout}s, or the key changed)"
+    end
+
+    # A block that ended within the timeout lost its lock to Redis, not to the clock.
+    def expired_or_gone(timeout)
+      if timeout && ran_for.to_f < timeout
+        return "within its timeout of #{timeout}s, but the lock was gone when released (Redis lost it: a restart " \
+               "or failover, eviction, or the key deleted)"
+      end
+
+      "longer than its timeout of #{timeout}s, and the lock had expired when released"
     end
   end
 

@@ -90,6 +90,16 @@ RSpec.describe "Honest outcomes" do
       expect { locker(on_lost: :maybe) }.to raise_error(ArgumentError, /on_lost/)
     end
 
+    it "says why when the block ended within its timeout: Redis lost the lock, the clock did not" do
+      strict = locker(on_lost: :raise)
+      gone = lambda do
+        strict.nonblocking_lock("wiped", timeout: 30) { admin.del("#{prefix}wiped") } # a failover, a restart...
+      end
+      expect(&gone).to raise_error(LockManager::LockLost, /within its timeout of 30.0s, but the lock was gone/)
+      expect { lose_the_lock(strict, :nonblocking_lock, "late") }.to raise_error(LockManager::LockLost,
+                                                                                 /longer than its timeout of 0.2s/)
+    end
+
     it "never deletes the new holder's lock" do
       lose_the_lock(locker, :nonblocking_lock, "k")
       expect(admin.exists?("#{prefix}k")).to be(true)
