@@ -31,6 +31,11 @@ module TopologyWaiting
       sleep POLL
     end
   end
+
+  # A replica whose link to its primary is up.
+  def link_up?(node)
+    node.admin.info("replication")["master_link_status"] == "up"
+  end
 end
 
 # One topology per suite, for the examples that only read and write through it.
@@ -277,10 +282,6 @@ module ClusterViews
       fields = line.split
       !fields[2].match?(/handshake|noaddr/) && fields[7] == "connected"
     end
-  end
-
-  def link_up?(node)
-    node.admin.info("replication")["master_link_status"] == "up"
   end
 end
 
@@ -698,10 +699,6 @@ class RedisSentinelSet
     sentinel.admin.call("SENTINEL", "REPLICAS", name).map { |fields| Hash[*fields] }.any? do |replica|
       replica["port"] == node.port.to_s && replica["flags"] == "slave" && replica["master-link-status"] == "ok"
     end
-  end
-
-  def link_up?(node)
-    node.admin.info("replication")["master_link_status"] == "up"
   end
 end
 
