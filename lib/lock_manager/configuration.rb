@@ -71,20 +71,18 @@ module LockManager
     CHECKS = {
       redis_url: :redis_url, pool_size: :pool_size, pool_timeout: :seconds, key_prefix: :key_prefix,
       connect_timeout: :seconds, read_timeout: :seconds, retry_interval: :seconds, fair: :boolean,
-      on_lost: :on_lost, renew: :boolean, max_hold: :optional_seconds, replica_timeout: :seconds,
-      sentinels: Arguments::Topology.method(:redis_urls), sentinel_master: Arguments::Topology.method(:optional_name),
-      cluster: Arguments::Topology.method(:redis_urls), min_replicas: Arguments::Topology.method(:replicas)
-    }.freeze
+      on_lost: :on_lost, renew: :boolean, max_hold: :optional_seconds, replica_timeout: :seconds
+    }.transform_values { |check| Arguments.method(check) }.merge(
+      { sentinels: :redis_urls, sentinel_master: :optional_name, cluster: :redis_urls, min_replicas: :replicas }
+        .transform_values { |check| Arguments::Topology.method(check) }
+    ).freeze
 
     # @return [Hash] the same options, checked
     def self.check(options)
       unknown = options.keys - SETTINGS
       raise ArgumentError, "unknown option#{"s" if unknown.size > 1}: #{unknown.join(", ")}" if unknown.any?
 
-      checked = options.to_h do |name, value|
-        check = CHECKS.fetch(name)
-        [name, check.is_a?(Symbol) ? Arguments.public_send(check, value, name) : check.call(value, name)]
-      end
+      checked = options.to_h { |name, value| [name, CHECKS.fetch(name).call(value, name)] }
       checked.tap { Arguments::Topology.check(checked) }
     end
   end

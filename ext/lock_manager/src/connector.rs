@@ -120,15 +120,9 @@ impl SentinelMaster {
     ) -> Result<Arc<SentinelMaster>, String> {
         let sentinels = sentinels
             .iter()
-            .map(|url| {
-                url.as_str()
-                    .into_connection_info()
-                    .map_err(|e| format!("sentinels has a URL that is not usable: {}", detail(&e)))
-            })
+            .map(|url| connection_info(url, "sentinels"))
             .collect::<Result<Vec<_>, _>>()?;
-        let primary_template = redis_url
-            .into_connection_info()
-            .map_err(|e| format!("redis_url is not usable: {}", detail(&e)))?;
+        let primary_template = connection_info(redis_url, "redis_url")?;
         Ok(Arc::new(SentinelMaster {
             name: name.to_owned(),
             sentinels,
@@ -321,8 +315,15 @@ fn unreachable_error(what: &str) -> RedisError {
     RedisError::from((ErrorKind::Io, "unreachable", what.to_owned()))
 }
 
-fn detail(error: &RedisError) -> String {
-    error.detail().unwrap_or("cannot parse it").to_owned()
+/// `url` (of the setting `name`) as the redis crate takes it; the message never quotes the URL.
+pub fn connection_info(url: &str, name: &str) -> Result<ConnectionInfo, String> {
+    parse_url(url).map_err(|why| format!("{name} has a URL that is not usable ({why})"))
+}
+
+/// `url` as the redis crate takes it, or why it cannot (never quoting the URL).
+pub fn parse_url(url: &str) -> Result<ConnectionInfo, String> {
+    url.into_connection_info()
+        .map_err(|e| e.detail().unwrap_or("cannot parse it").to_owned())
 }
 
 /// `host:port` (or the socket path): for messages; it never carries a password.

@@ -661,9 +661,9 @@ impl LockCore {
                         Some(Redirect::Moved(_)) | None => {
                             return Err(refusal(&pool.addr(), &error))
                         }
-                        Some(Redirect::Migrating | Redirect::Down) => {
+                        Some(redirect @ (Redirect::Migrating | Redirect::Down)) => {
                             sent.migrating = true;
-                            if cluster_redirect(&error) == Some(Redirect::Down) {
+                            if redirect == Redirect::Down {
                                 self.router.topology_changed();
                             }
                             let refused = refusal(&pool.addr(), &error);

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use r2d2::ManageConnection;
-use redis::{ConnectionLike, IntoConnectionInfo, RedisError};
+use redis::{ConnectionLike, RedisError};
 use scheduled_thread_pool::ScheduledThreadPool;
 
 use crate::connector::Connector;
@@ -182,17 +182,6 @@ pub struct Pool {
     settings: PoolSettings,
     connector: Connector,
     current: PerProcess<ProcessPool>,
-}
-
-/// A client for `url` (`name`: the setting it comes from, for the message).
-pub fn client_for(url: &str, name: &str) -> Result<redis::Client, LockError> {
-    let info = url.into_connection_info().map_err(|e| {
-        LockError::Argument(format!(
-            "{name} is not usable: {}",
-            e.detail().unwrap_or("cannot parse it")
-        ))
-    })?;
-    redis::Client::open(info).map_err(|e| LockError::Argument(format!("{name} is not usable: {e}")))
 }
 
 impl Pool {

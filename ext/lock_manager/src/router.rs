@@ -13,12 +13,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use redis::{ConnectionInfo, IntoConnectionInfo, RedisResult, Value};
+use redis::{ConnectionInfo, RedisResult, Value};
 
-use crate::connector::{display_addr, node_info, Connector, SentinelMaster};
+use crate::connector::{connection_info, display_addr, node_info, Connector, SentinelMaster};
 use crate::error::{LockError, Unavailable};
 use crate::keys::{hash_slot, SLOTS};
-use crate::pool::{client_for, Pool, PoolSettings, Topology};
+use crate::pool::{Pool, PoolSettings, Topology};
 
 /// The slot map is asked for again at most this often (many threads see one failover at once).
 const REFRESH_EVERY: Duration = Duration::from_millis(250);
@@ -32,7 +32,10 @@ impl Router {
     pub fn new(settings: PoolSettings) -> Result<Router, LockError> {
         match settings.topology.clone() {
             Topology::Standalone => {
-                let client = client_for(&settings.redis_url, "redis_url")?;
+                let info = connection_info(&settings.redis_url, "redis_url")
+                    .map_err(LockError::Argument)?;
+                let client = redis::Client::open(info)
+                    .map_err(|e| LockError::Argument(format!("redis_url is not usable: {e}")))?;
                 Ok(Router::One(Arc::new(Pool::new(
                     settings,
                     Connector::Direct(Box::new(client)),
@@ -135,15 +138,9 @@ impl ClusterRouter {
     fn new(settings: PoolSettings, seeds: &[String]) -> Result<ClusterRouter, LockError> {
         let seeds = seeds
             .iter()
-            .map(|url| {
-                url.as_str().into_connection_info().map_err(|e| {
-                    LockError::Argument(format!(
-                        "cluster has a URL that is not usable: {}",
-                        e.detail().unwrap_or("cannot parse it")
-                    ))
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|url| connection_info(url, "cluster"))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(LockError::Argument)?;
         if seeds.is_empty() {
             return Err(LockError::Argument(
                 "cluster needs at least one node URL".into(),

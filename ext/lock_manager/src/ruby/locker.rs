@@ -11,6 +11,7 @@ use magnus::{
     function, method, prelude::*, Error, Integer, IntoValue, RModule, RString, Ruby, Value,
 };
 
+use crate::connector;
 use crate::error::LockError;
 use crate::gvl::{self, Interrupt};
 use crate::keys;
@@ -42,11 +43,7 @@ pub fn init(ruby: &Ruby, native: RModule) -> Result<(), Error> {
 
 /// Why the redis crate cannot use `url`, or nil (the reason never quotes the URL).
 fn url_problem(url: String) -> Option<String> {
-    use redis::IntoConnectionInfo;
-    url.as_str()
-        .into_connection_info()
-        .err()
-        .map(|e| e.detail().unwrap_or("cannot parse it").to_owned())
+    connector::parse_url(&url).err()
 }
 
 /// Why `prefix` cannot be a key prefix (it would reach the gem's own keys), or nil.
