@@ -177,15 +177,13 @@ impl KeySpace {
     /// The PSUBSCRIBE pattern that covers the channels of every lock of this prefix, with the
     /// prefix's glob characters escaped.
     pub fn channel_pattern(&self) -> Vec<u8> {
-        let mut pattern = CHANNEL_PREFIX.to_vec();
-        for byte in &self.prefix {
-            if matches!(byte, b'*' | b'?' | b'[' | b']' | b'\\') {
-                pattern.push(b'\\');
-            }
-            pattern.push(*byte);
-        }
-        pattern.push(b'*');
-        pattern
+        [CHANNEL_PREFIX, &glob_escape(&self.prefix), b"*"].concat()
+    }
+
+    /// The SCAN MATCH pattern of this prefix's keys that `pattern` (a glob over keys without the
+    /// prefix) matches, with the prefix's glob characters escaped.
+    pub fn key_pattern(&self, pattern: &[u8]) -> Vec<u8> {
+        [&glob_escape(&self.prefix), pattern].concat()
     }
 
     /// Whether `channel` is one the pattern covers: a process channel must not be, or every
@@ -195,6 +193,18 @@ impl KeySpace {
             .strip_prefix(CHANNEL_PREFIX)
             .is_some_and(|rest| rest.starts_with(&self.prefix))
     }
+}
+
+/// `text` as a glob that matches only itself.
+fn glob_escape(text: &[u8]) -> Vec<u8> {
+    let mut escaped = Vec::with_capacity(text.len());
+    for &byte in text {
+        if matches!(byte, b'*' | b'?' | b'[' | b']' | b'\\') {
+            escaped.push(b'\\');
+        }
+        escaped.push(byte);
+    }
+    escaped
 }
 
 /// The lock key a lock channel is about, or `None` for another channel.
@@ -266,6 +276,16 @@ mod tests {
         assert!(KeySpace::new(b"lock_").is_err());
         assert!(KeySpace::new(b"lock_managers:").is_ok());
         assert!(KeySpace::new(b"locks:").is_ok());
+    }
+
+    #[test]
+    fn a_key_pattern_matches_the_prefix_only_as_itself() {
+        assert_eq!(
+            KeySpace::new(b"lock:").unwrap().key_pattern(b"r*"),
+            b"lock:r*"
+        );
+        let space = KeySpace::new(b"a*b?[c]\\").unwrap();
+        assert_eq!(space.key_pattern(b"r*"), b"a\\*b\\?\\[c\\]\\\\r*");
     }
 
     #[test]

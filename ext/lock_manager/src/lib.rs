@@ -1,10 +1,13 @@
 //! Native core of the lock_manager gem. This file declares the modules and has each Ruby-facing
 //! one register itself under `LockManager::Native`.
 
+mod admin;
+pub mod claims;
 mod connector;
 mod error;
 mod gvl;
 mod keys;
+mod lease_events;
 mod lock;
 mod lock_core;
 mod per_process;
@@ -16,9 +19,11 @@ mod router;
 mod ruby;
 pub mod scripts;
 mod subscriber;
+mod token;
 mod wait;
 mod waker;
 
+pub use claims::{ClaimRequest, Claimed};
 pub use error::LockError;
 pub use gvl::Interrupt;
 pub use keys::KeySpace;
@@ -37,5 +42,8 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     ruby::errors::init(lock_manager)?;
     ruby::locker::init(ruby, native)?;
     ruby::lock::init(ruby, native)?;
+    ruby::claims::init(native)?;
+    ruby::lease_events::init(native)?;
+    ruby::admin::init(ruby, native)?;
     Ok(())
 }

@@ -142,6 +142,24 @@ impl Lock {
             .release(&self.key, &self.token, self.request.limit, interrupt)
     }
 
+    /// Stops the lease and leaves the lock in Redis for `ttl_ms` more, for another process to
+    /// take over (a unique job's lock while the job waits for its retry). This process no longer
+    /// counts it as held. False when the token no longer held it, and in a child process.
+    pub fn keep(&self, ttl_ms: u64, interrupt: &Interrupt) -> Result<bool, LockError> {
+        if !self.is_here() {
+            return Ok(false);
+        }
+        self.stop_renewal();
+        self.forget_holder();
+        self.core.refresh(
+            &self.key,
+            &self.token,
+            ttl_ms,
+            self.request.limit,
+            interrupt,
+        )
+    }
+
     fn forget_holder(&self) {
         if let Some(id) = self.holder {
             if !self.released.swap(true, Ordering::AcqRel) {

@@ -23,6 +23,7 @@ use crate::scripts::{
     REFRESH_SHARED, RELEASE, RELEASE_SHARED, WAIT, WAIT_SHARED,
 };
 use crate::subscriber::{Registration, Subscriber};
+use crate::token;
 use crate::wait::{judge_handoff, next_pause, Backoff, HandedOver, HEARTBEAT, HEARTBEAT_MS};
 
 pub struct LockSettings {
@@ -87,6 +88,9 @@ pub struct Acquisition {
     /// The token that holds the lock when it is not the claim's: a wait whose attempt was cut
     /// short (and undone) goes on with a fresh one, so that the late undo cannot release it.
     pub new_token: Option<String>,
+    /// An attempt of this acquisition found the lock held by another (or, `fair`, queued behind
+    /// another waiter): it was not taken at the first attempt. Known from the replies alone.
+    pub contended: bool,
 }
 
 impl Acquisition {
@@ -96,13 +100,14 @@ impl Acquisition {
             fencing_token,
             expires_early: None,
             new_token: None,
+            contended: false,
         }
     }
 }
 
 /// What undoes a command whose reply was cut short (an interrupt, a timeout), since it may
 /// still run: it writes the undo on the same connection (see `LuaScript::send_after`).
-type Undo<'a> = &'a dyn Fn(&mut redis::Connection);
+pub(crate) type Undo<'a> = &'a dyn Fn(&mut redis::Connection);
 
 impl LockCore {
     pub fn new(settings: LockSettings) -> Result<LockCore, LockError> {
@@ -173,6 +178,10 @@ impl LockCore {
                 held.swap_remove(at);
             }
         }
+    }
+
+    pub fn keys(&self) -> &KeySpace {
+        &self.keys
     }
 
     pub fn redis_key(&self, key: &[u8]) -> Vec<u8> {
@@ -272,6 +281,7 @@ impl LockCore {
             queued_attempts: 0,
             queued: false,
             queued_at: None,
+            contended: false,
         };
         // A hand-over to an earlier acquisition on the same interrupt (its release's reply and its
         // publication both tell) is not news for this one.
@@ -283,6 +293,7 @@ impl LockCore {
                 Ok(Step::Taken(acquisition)) => {
                     break Ok(Acquisition {
                         new_token: (waiter.token != claim.token).then(|| waiter.token.clone()),
+                        contended: waiter.contended,
                         ..acquisition
                     })
                 }
@@ -292,7 +303,7 @@ impl LockCore {
                 }
                 Err(error) if error.is_transient() => {
                     if error.undo_sent() {
-                        waiter.renew_token(self, &keys, interrupt);
+                        waiter.renew_token(self, &keys, claim.request.limit, interrupt);
                     }
                     last_failure = Some(error);
                     None
@@ -349,6 +360,7 @@ impl LockCore {
             if let Some(fencing_token) = self.try_acquire(&mine, interrupt)? {
                 return Ok(Step::Taken(Acquisition::for_claimed_ttl(fencing_token)));
             }
+            waiter.contended = true;
         }
         waiter.queued_attempts += 1;
         let sent = Instant::now();
@@ -369,10 +381,12 @@ impl LockCore {
             Attempt::Held { retry_in } => {
                 waiter.queued = true;
                 waiter.queued_at = Some(sent);
+                waiter.contended = true;
                 Step::Held { retry_in }
             }
             Attempt::NotQueued => {
                 waiter.queued = false;
+                waiter.contended = true;
                 Step::Held { retry_in: None }
             }
         })
@@ -595,7 +609,7 @@ impl LockCore {
     /// for up to `read_timeout`. ASK is not followed: a lock's keys would then be split between
     /// two nodes (a fencing counter made anew on the importing one); Redis runs the commands of
     /// a slot again once its migration ends.
-    fn round_trip<T>(
+    pub(crate) fn round_trip<T>(
         &self,
         route: &[u8],
         interrupt: &Interrupt,
@@ -723,6 +737,7 @@ fn handed_over(claim: &Claim, queued_at: Instant, interrupt: &Interrupt) -> Opti
             fencing_token,
             expires_early: expires_early.map(|after| queued_at + after),
             new_token: None,
+            contended: true,
         }),
     }
 }
@@ -738,7 +753,7 @@ fn queue_scripts(request: &Request) -> (&'static LuaScript, &'static LuaScript, 
 
 /// What a round trip tells its command about earlier sends of it.
 #[derive(Clone, Copy, Default)]
-struct Sent {
+pub(crate) struct Sent {
     /// An earlier send may have run before its reply was lost.
     resent: bool,
     /// The key's Cluster slot is migrating (or was failing over): send one command, not a
@@ -762,13 +777,15 @@ struct Waiter {
     queued: bool,
     /// When the last attempt that left us queued was sent: a hand-off came after it.
     queued_at: Option<Instant>,
+    /// An attempt found the lock held (see `Acquisition::contended`).
+    contended: bool,
 }
 
 impl Waiter {
     /// Goes on with a fresh token: the undo of the attempt just cut short may still reach Redis
     /// after a later attempt, and must find nothing of this token's to undo.
-    fn renew_token(&mut self, core: &LockCore, keys: &LockKeys, interrupt: &Interrupt) {
-        self.token = uuid::Uuid::new_v4().hyphenated().to_string();
+    fn renew_token(&mut self, core: &LockCore, keys: &LockKeys, limit: u32, interrupt: &Interrupt) {
+        self.token = token::new_token(limit);
         self.registration = core
             .subscriber
             .register(&keys.lock, &self.token, interrupt.waker());

@@ -13,6 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::gvl::{self, Interrupt};
+use crate::lease_events::{self, LeaseEvent};
 use crate::lock_core::LockCore;
 use crate::per_process::{current_pid, PerProcess};
 use crate::request::Request;
@@ -208,7 +209,9 @@ fn renew(mut renewal: Scheduled) -> Option<Scheduled> {
     let terms = &renewal.terms;
     let ttl = match terms.hold_until() {
         // Past `max_hold`: no more renewals; lost once the TTL it has runs out.
-        Some(hold_until) if hold_until <= now && now >= renewal.expires => return lose(renewal),
+        Some(hold_until) if hold_until <= now && now >= renewal.expires => {
+            return lose(renewal, "max_hold was reached and its TTL ran out")
+        }
         Some(hold_until) if hold_until <= now => {
             renewal.due = renewal.expires;
             return Some(renewal);
@@ -227,6 +230,10 @@ fn renew(mut renewal: Scheduled) -> Option<Scheduled> {
     ) {
         Ok(true) if !terms.keep_renewing() => None,
         Ok(true) => {
+            lease_events::record(|| LeaseEvent::Renewed {
+                key: renewal.terms.key.clone(),
+                ttl,
+            });
             renewal.expires = now + ttl;
             // The last renewal before `max_hold` wakes us at `hold_until`, to report it lost.
             renewal.due = match terms.hold_until() {
@@ -235,8 +242,10 @@ fn renew(mut renewal: Scheduled) -> Option<Scheduled> {
             };
             Some(renewal)
         }
-        Ok(false) => lose(renewal),
-        Err(_) if Instant::now() >= renewal.expires => lose(renewal),
+        Ok(false) => lose(renewal, "a renewal found it expired or held by another"),
+        Err(_) if Instant::now() >= renewal.expires => {
+            lose(renewal, "Redis could not be reached for its whole TTL")
+        }
         Err(_) => {
             let left = renewal.expires - Instant::now();
             renewal.due = Instant::now() + RETRY_AFTER_FAILURE.min(left / 2);
@@ -245,7 +254,12 @@ fn renew(mut renewal: Scheduled) -> Option<Scheduled> {
     }
 }
 
-fn lose(renewal: Scheduled) -> Option<Scheduled> {
+fn lose(renewal: Scheduled, cause: &'static str) -> Option<Scheduled> {
     renewal.state.lost.store(true, Ordering::Release);
+    lease_events::record(|| LeaseEvent::Lost {
+        key: renewal.terms.key.clone(),
+        held: renewal.terms.taken.elapsed(),
+        cause,
+    });
     None
 }

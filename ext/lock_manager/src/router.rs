@@ -74,6 +74,16 @@ impl Router {
         }
     }
 
+    /// The pool of each master, what a SCAN of every key goes through: the one pool, or on a
+    /// Cluster the pool of each node that serves slots (the slot map asked for first, so that a
+    /// failover is seen).
+    pub fn masters(&self) -> Result<Vec<Arc<Pool>>, LockError> {
+        match self {
+            Router::One(pool) => Ok(vec![Arc::clone(pool)]),
+            Router::Cluster(cluster) => cluster.masters(),
+        }
+    }
+
     /// Redis said MOVED: `key`'s slot is served by `node` now.
     pub fn moved(&self, key: &[u8], node: &str) {
         if let Router::Cluster(cluster) = self {
@@ -171,6 +181,18 @@ impl ClusterRouter {
                 reply: format!("CLUSTERDOWN no node serves hash slot {slot}"),
                 reason: Unavailable::ClusterDown,
             })
+    }
+
+    /// The pool of each node that serves slots, as the slot map says now.
+    fn masters(&self) -> Result<Vec<Arc<Pool>>, LockError> {
+        self.refresh(true)?;
+        let mut masters: Vec<Arc<Pool>> = Vec::new();
+        for pool in self.slots.load().iter().flatten() {
+            if !masters.iter().any(|known| Arc::ptr_eq(known, pool)) {
+                masters.push(Arc::clone(pool));
+            }
+        }
+        Ok(masters)
     }
 
     /// The pool of `node` ("host:port", as Redis names it), made on first use.

@@ -14,6 +14,9 @@ use redis::{
 
 use crate::keys::CHANNEL_PREFIX;
 
+/// One call of a script in a pipeline: its KEYS and its ARGV.
+pub type ScriptCall<'a> = (Vec<&'a [u8]>, Vec<&'a [u8]>);
+
 pub struct LuaScript {
     source: String,
     sha1: String,
@@ -46,6 +49,43 @@ impl LuaScript {
             }
             other => other,
         }
+    }
+
+    /// One round trip for many calls: EVALSHA of each, pipelined, then (only on NOSCRIPT) EVAL
+    /// of those Redis did not know, pipelined too. Replies come back in order, error replies as
+    /// `Value::ServerError`. Each reply is read on its own, as `acquire` reads its two.
+    pub fn run_many(
+        &self,
+        conn: &mut redis::Connection,
+        calls: &[ScriptCall],
+    ) -> RedisResult<Vec<Value>> {
+        let mut replies = self.pipelined(conn, "EVALSHA", self.sha1.as_bytes(), calls)?;
+        let unknown: Vec<usize> = (0..replies.len())
+            .filter(|&at| matches!(&replies[at], Value::ServerError(e) if e.code() == "NOSCRIPT"))
+            .collect();
+        if !unknown.is_empty() {
+            let again: Vec<_> = unknown.iter().map(|&at| calls[at].clone()).collect();
+            let retried = self.pipelined(conn, "EVAL", self.source.as_bytes(), &again)?;
+            for (at, reply) in unknown.into_iter().zip(retried) {
+                replies[at] = reply;
+            }
+        }
+        Ok(replies)
+    }
+
+    fn pipelined(
+        &self,
+        conn: &mut redis::Connection,
+        verb: &str,
+        script: &[u8],
+        calls: &[ScriptCall],
+    ) -> RedisResult<Vec<Value>> {
+        let mut pipeline = redis::pipe();
+        for (keys, args) in calls {
+            pipeline.add_command(eval(verb, script, keys, args));
+        }
+        conn.send_packed_command(&pipeline.get_packed_pipeline())?;
+        calls.iter().map(|_| conn.recv_response()).collect()
     }
 
     /// Writes EVAL of this script on `conn` without waiting for the reply: to undo a command
@@ -97,6 +137,8 @@ const QUEUE: &str = concat!(
     include_str!("lua/shared/publish.lua"),
     include_str!("lua/shared/queue.lua"),
 );
+/// The publication helper alone, for a script that hands nothing on.
+const PUBLISH: &str = include_str!("lua/shared/publish.lua");
 /// The semaphore helpers, after the queue's.
 const SEMAPHORE: &str = include_str!("lua/shared/semaphore.lua");
 
@@ -182,19 +224,22 @@ script!(WAIT, [QUEUE], "wait.lua");
 script!(RELEASE, [QUEUE], "release.lua");
 script!(LEAVE, [QUEUE], "leave.lua");
 script!(REFRESH, [], "refresh.lua");
+script!(CLAIM, [FENCING], "claim.lua");
 script!(ACQUIRE_SHARED, [QUEUE, SEMAPHORE], "acquire_shared.lua");
 script!(WAIT_SHARED, [QUEUE, SEMAPHORE], "wait_shared.lua");
 script!(RELEASE_SHARED, [QUEUE, SEMAPHORE], "release_shared.lua");
 script!(LEAVE_SHARED, [QUEUE, SEMAPHORE], "leave_shared.lua");
 script!(REFRESH_SHARED, [QUEUE, SEMAPHORE], "refresh_shared.lua");
+script!(FORCE_RELEASE, [PUBLISH], "force_release.lua");
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn all() -> [&'static LuaScript; 11] {
+    fn all() -> [&'static LuaScript; 13] {
         [
             &ACQUIRE,
+            &CLAIM,
             &SEED,
             &WAIT,
             &RELEASE,
@@ -205,6 +250,7 @@ mod tests {
             &RELEASE_SHARED,
             &LEAVE_SHARED,
             &REFRESH_SHARED,
+            &FORCE_RELEASE,
         ]
     }
 
@@ -263,6 +309,6 @@ mod tests {
         let mut hashes: Vec<&str> = all().iter().map(|s| s.sha1.as_str()).collect();
         hashes.sort();
         hashes.dedup();
-        assert_eq!(hashes.len(), 11);
+        assert_eq!(hashes.len(), 13);
     }
 }

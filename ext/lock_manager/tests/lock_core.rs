@@ -7,8 +7,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use lock_manager::{
-    Claim, Interrupt, KeySpace, LockCore, LockError, LockSettings, PoolSettings, Renewal, Request,
-    Topology,
+    Claim, ClaimRequest, Claimed, Interrupt, KeySpace, LockCore, LockError, LockSettings,
+    PoolSettings, Renewal, Request, Topology,
 };
 
 struct RedisServer {
@@ -561,4 +561,41 @@ fn a_lock_whose_fencing_token_is_refused_is_not_left_held_and_the_refusal_report
         .is_some());
     corrupt_counter(&mut admin, b"by-pipeline");
     refused(b"by-pipeline");
+}
+
+#[test]
+fn claims_name_their_holder_and_renew_only_their_own() {
+    let server = RedisServer::start();
+    let core = core(&server.url(), 1);
+    let mut redis = server.client();
+    let request =
+        |key: &'static [u8], token: &'static str, ttl_ms| ClaimRequest { key, token, ttl_ms };
+    let first = core
+        .claim_all(
+            &[
+                request(b"a", "jid-1", 60_000),
+                request(b"b", "jid-2", 60_000),
+                request(b"a", "jid-3", 60_000),
+            ],
+            &never(),
+        )
+        .unwrap();
+    assert!(matches!(first[0], Claimed::Taken(_)));
+    assert!(matches!(first[1], Claimed::Taken(_)));
+    assert_eq!(first[2], Claimed::HeldBy(b"jid-1".to_vec()));
+    // Its own token takes it again with the new TTL; another never touches it.
+    let again = core
+        .claim_all(&[request(b"a", "jid-1", 5_000)], &never())
+        .unwrap();
+    assert!(matches!(again[0], Claimed::Taken(_)));
+    let ttl: i64 = redis::cmd("PTTL").arg("t:a").query(&mut redis).unwrap();
+    assert!((4_000..=5_000).contains(&ttl), "{ttl}");
+    assert_eq!(
+        core.holder(b"a", &never()).unwrap(),
+        Some(b"jid-1".to_vec())
+    );
+    assert!(!core.release(b"a", "jid-3", 1, &never()).unwrap());
+    assert!(core.release(b"a", "jid-1", 1, &never()).unwrap());
+    assert_eq!(core.holder(b"a", &never()).unwrap(), None);
+    assert!(core.claim_all(&[], &never()).unwrap().is_empty());
 }

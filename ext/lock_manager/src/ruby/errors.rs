@@ -70,6 +70,11 @@ pub fn for_key(ruby: &Ruby, error: LockError, key: RString) -> Error {
 
 /// The same, for a key known by its bytes (a held lock's).
 pub fn for_key_bytes(ruby: &Ruby, error: LockError, key: &[u8]) -> Error {
+    for_subject(ruby, error, &format_args!("lock {}", quote_key(key)))
+}
+
+/// The gem's exception for `error`, its message about `subject` ("lock \"report\"", say).
+pub fn for_subject(ruby: &Ruby, error: LockError, subject: &dyn std::fmt::Display) -> Error {
     if let LockError::Argument(message) = error {
         return instantiate(ruby.exception_arg_error(), message);
     }
@@ -97,7 +102,7 @@ pub fn for_key_bytes(ruby: &Ruby, error: LockError, key: &[u8]) -> Error {
         | LockError::Internal(_)
         | LockError::Argument(_) => c.error,
     });
-    instantiate(class, format!("lock {}: {error}", quote_key(key)))
+    instantiate(class, format!("{subject}: {error}"))
 }
 
 /// For errors that are not about one key (building a Locker).

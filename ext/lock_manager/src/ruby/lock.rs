@@ -25,6 +25,7 @@ pub fn init(ruby: &Ruby, native: RModule) -> Result<(), Error> {
     class.define_method("owned?", method!(NativeLock::is_owned, 0))?;
     class.define_method("refresh", method!(NativeLock::refresh, 1))?;
     class.define_method("release", method!(NativeLock::release, 0))?;
+    class.define_method("keep", method!(NativeLock::keep, 1))?;
     Ok(())
 }
 
@@ -55,6 +56,12 @@ impl NativeLock {
         let lock = &rb_self.0;
         let to_ruby = |e| errors::for_key_bytes(ruby, e, lock.key());
         blocking(ruby, to_ruby, |i| lock.refresh(ttl_ms, i))
+    }
+
+    fn keep(ruby: &Ruby, rb_self: &Self, ttl_ms: u64) -> Result<bool, Error> {
+        let lock = &rb_self.0;
+        let to_ruby = |e| errors::for_key_bytes(ruby, e, lock.key());
+        blocking(ruby, to_ruby, |i| lock.keep(ttl_ms, i))
     }
 
     fn release(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use magnus::{
-    function, method, prelude::*, Error, Integer, IntoValue, RModule, RString, Ruby, Value,
+    function, method, prelude::*, Error, Integer, IntoValue, RArray, RModule, RString, Ruby,
+    TryConvert, Value,
 };
 
 use crate::connector;
@@ -21,6 +22,7 @@ use crate::pool::{PoolSettings, Topology};
 use crate::request::{wait_from_seconds, Renewal, Request};
 use crate::ruby::errors;
 use crate::ruby::lock::NativeLock;
+use crate::token;
 
 #[magnus::wrap(class = "LockManager::Native::Locker", free_immediately, size)]
 pub struct NativeLocker {
@@ -71,6 +73,10 @@ impl IntoValue for Outcome {
 }
 
 impl NativeLocker {
+    pub fn core(&self) -> &Arc<LockCore> {
+        &self.core
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn new(
         ruby: &Ruby,
@@ -135,10 +141,13 @@ impl NativeLocker {
     }
 
     /// Runs the block while holding the lock (see `Outcome`). The block receives the fencing
-    /// token, and the lock itself when it is renewed (nil otherwise): its `lost?` turns true as
-    /// soon as the renewal finds out. `wait`: seconds, or nil for one attempt. `renewal`: false,
-    /// true (until released) or the cap in ms. (Ruby's arguments, positional to spare a Hash per
-    /// call, become one `Request` on the first line.)
+    /// token, the lock itself when it is renewed (nil otherwise: its `lost?` turns true as soon
+    /// as the renewal finds out), and `contended`: true when the first attempt found the lock
+    /// held (or, `fair`, another waiter queued ahead), so that it was taken after waiting
+    /// (`Acquisition::contended`; known from the replies, no command of its own). `wait`:
+    /// seconds, or nil for one attempt. `renewal`: false, true (until released) or the cap in ms.
+    /// (Ruby's arguments, positional to spare a Hash per call, become one `Request` on the first
+    /// line.)
     #[allow(clippy::too_many_arguments)]
     fn synchronize(
         ruby: &Ruby,
@@ -155,17 +164,18 @@ impl NativeLocker {
         else {
             return Ok(Outcome::Taken);
         };
+        let contended = acquired.contended;
         let lock = Lock::new(&rb_self.core, key_bytes, token, acquired, request);
         let fencing_token = lock.fencing_token();
         // Released whatever the block did; the Ruby layer rescues the block's exceptions to
         // re-raise them after it has seen this outcome (throw, break and Thread#kill pass).
         if !request.renewal.is_on() {
-            let ran = ruby.yield_values::<_, Value>((fencing_token, ruby.qnil()));
+            let ran = ruby.yield_values::<_, Value>((fencing_token, ruby.qnil(), contended));
             let outcome = finish(&lock);
             return ran.map(|_| outcome);
         }
         let shown = ruby.obj_wrap(NativeLock::from(lock));
-        let ran = ruby.yield_values::<_, Value>((fencing_token, shown));
+        let ran = ruby.yield_values::<_, Value>((fencing_token, shown, contended));
         let outcome = finish(shown.held());
         ran.map(|_| outcome)
     }
@@ -215,7 +225,7 @@ impl NativeLocker {
 }
 
 /// The request of one lock call, from what Ruby passes.
-fn request(
+pub fn request(
     ttl_ms: u64,
     wait: Option<f64>,
     limit: u32,
@@ -275,7 +285,7 @@ fn acquire(
     let deadline = request.deadline(started);
     let mut token = String::new();
     let acquired = blocking(ruby, to_ruby, |interrupt| {
-        token = new_token();
+        token = token::new_token(request.limit);
         let claim = Claim {
             key: &key_bytes,
             token: &token,
@@ -312,10 +322,13 @@ pub fn blocking<R>(
     }
 }
 
-fn copy_bytes(key: RString) -> Vec<u8> {
+pub fn copy_bytes(key: RString) -> Vec<u8> {
     unsafe { key.as_slice() }.to_vec()
 }
 
-fn new_token() -> String {
-    uuid::Uuid::new_v4().hyphenated().to_string()
+/// Each String of `keys`, copied (a TypeError for anything else).
+pub fn copy_keys(keys: RArray) -> Result<Vec<Vec<u8>>, Error> {
+    keys.into_iter()
+        .map(|key| RString::try_convert(key).map(copy_bytes))
+        .collect()
 }

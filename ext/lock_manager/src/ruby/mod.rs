@@ -2,6 +2,9 @@
 //! conversion of errors into the gem's exceptions. Nothing outside this module touches Ruby
 //! (but for `gvl.rs`, which releases its lock).
 
+pub mod admin;
+pub mod claims;
 pub mod errors;
+pub mod lease_events;
 pub mod lock;
 pub mod locker;

@@ -1,0 +1,150 @@
+//! What `LockManager::Admin` asks of `LockManager::Native::Locker` (see `admin.rs`): a SCAN of a
+//! pattern (`LockManager::Native::AdminScan`), a read of given keys, a force-release. Locks come
+//! to Ruby as plain arrays, which `lib/lock_manager/admin.rb` makes its Structs:
+//! - a lock: `[key, limit or nil, holders, waiters]`;
+//! - a holder: `[token, jid, host, pid, thread, since ms, ttl ms]`: host, pid, thread and since
+//!   from its token when it has the holder format (`token.rs`), else the token is a job's id;
+//! - a waiter: `[token, host, pid, thread, since µs]` (since: when it queued, Redis's clock).
+
+use std::sync::{Arc, Mutex};
+
+use magnus::{method, prelude::*, Error, IntoValue, RArray, RClass, RModule, RString, Ruby, Value};
+
+use crate::admin::{HolderView, LockView, Scan, WaiterView};
+use crate::error::LockError;
+use crate::lock_core::LockCore;
+use crate::ruby::errors;
+use crate::ruby::locker::{blocking, copy_bytes, copy_keys, NativeLocker};
+use crate::token;
+
+pub fn init(ruby: &Ruby, native: RModule) -> Result<(), Error> {
+    let locker: RClass = native.const_get("Locker")?;
+    locker.define_method("admin_scan", method!(admin_scan, 2))?;
+    locker.define_method("admin_locks", method!(admin_locks, 2))?;
+    locker.define_method("admin_release", method!(admin_release, 1))?;
+    let scan = native.define_class("AdminScan", ruby.class_object())?;
+    scan.undef_default_alloc_func();
+    scan.define_method("next_batch", method!(NativeScan::next_batch, 0))?;
+    Ok(())
+}
+
+/// A SCAN under way: each `next_batch` gives the next keys (without details) or locks.
+#[magnus::wrap(class = "LockManager::Native::AdminScan", free_immediately, size)]
+struct NativeScan {
+    core: Arc<LockCore>,
+    pattern: Vec<u8>,
+    details: bool,
+    scan: Mutex<Scan>,
+}
+
+/// A SCAN of the locks whose keys (without the prefix) match `pattern`, a Redis glob; `details`:
+/// their holders and waiters too, else only their keys.
+fn admin_scan(rb_self: &NativeLocker, pattern: RString, details: bool) -> NativeScan {
+    let pattern = copy_bytes(pattern);
+    NativeScan {
+        scan: Mutex::new(Scan::new(rb_self.core(), &pattern)),
+        core: Arc::clone(rb_self.core()),
+        pattern,
+        details,
+    }
+}
+
+impl NativeScan {
+    /// An Array of keys, or of locks; nil once every master has been scanned.
+    fn next_batch(ruby: &Ruby, rb_self: &Self) -> Result<Option<RArray>, Error> {
+        let to_ruby = |e| listing_error(ruby, e, &rb_self.pattern);
+        let core = &rb_self.core;
+        let scan = || rb_self.scan.lock().unwrap_or_else(|e| e.into_inner());
+        if rb_self.details {
+            let locks = blocking(ruby, to_ruby, |i| scan().next_locks(core, i))?;
+            return Ok(locks.map(|locks| ruby.ary_from_iter(locks.iter().map(|l| lock(ruby, l)))));
+        }
+        let keys = blocking(ruby, to_ruby, |i| scan().next_keys(core, i))?;
+        Ok(keys.map(|(_, keys)| ruby.ary_from_iter(keys.iter().map(|k| text(ruby, k)))))
+    }
+}
+
+/// Each of `keys` as a lock, or nil when nobody holds it or waits for it. `pattern`: what found
+/// them, for error messages (nil: they name the first key).
+fn admin_locks(
+    ruby: &Ruby,
+    rb_self: &NativeLocker,
+    keys: RArray,
+    pattern: Option<RString>,
+) -> Result<RArray, Error> {
+    let keys = copy_keys(keys)?;
+    let first = keys.first().cloned().unwrap_or_default();
+    let pattern = pattern.map(copy_bytes);
+    let to_ruby = |e| match &pattern {
+        Some(pattern) => listing_error(ruby, e, pattern),
+        None => errors::for_key_bytes(ruby, e, &first),
+    };
+    let views = blocking(ruby, to_ruby, |i| rb_self.core().inspect_all(&keys, i))?;
+    Ok(ruby.ary_from_iter(
+        views
+            .iter()
+            .map(|view| view.as_ref().map(|v| lock(ruby, v))),
+    ))
+}
+
+/// Removes every holder of `key` and wakes its waiters: true when a lock was removed.
+fn admin_release(ruby: &Ruby, rb_self: &NativeLocker, key: RString) -> Result<bool, Error> {
+    let key_bytes = copy_bytes(key);
+    let to_ruby = |e| errors::for_key(ruby, e, key);
+    blocking(ruby, to_ruby, |i| {
+        rb_self.core().force_release(&key_bytes, i)
+    })
+}
+
+/// The gem's exception for `error` (a ConnectionError for Redis down...), its message about the
+/// listing rather than one lock.
+fn listing_error(ruby: &Ruby, error: LockError, pattern: &[u8]) -> Error {
+    let subject = format!("locks matching {}", errors::quote_key(pattern));
+    errors::for_subject(ruby, error, &subject)
+}
+
+fn lock(ruby: &Ruby, view: &LockView) -> Value {
+    let holders = ruby.ary_from_iter(view.holders.iter().map(|h| holder(ruby, h)));
+    let waiters = ruby.ary_from_iter(view.waiters.iter().map(|w| waiter(ruby, w)));
+    (text(ruby, &view.key), view.limit(), holders, waiters).into_value_with(ruby)
+}
+
+fn holder(ruby: &Ruby, holder: &HolderView) -> Value {
+    let shown = text(ruby, &holder.token);
+    match token::parse(&holder.token) {
+        Some(who) => (
+            shown,
+            ruby.qnil(),
+            ruby.str_new(who.host),
+            who.pid,
+            who.thread,
+            who.since_ms,
+            holder.ttl_ms,
+        )
+            .into_value_with(ruby),
+        None => {
+            let nil = ruby.qnil();
+            (shown, shown, nil, nil, nil, nil, holder.ttl_ms).into_value_with(ruby)
+        }
+    }
+}
+
+fn waiter(ruby: &Ruby, waiter: &WaiterView) -> Value {
+    let shown = text(ruby, &waiter.token);
+    let nil = ruby.qnil().as_value();
+    let who = token::parse(&waiter.token);
+    let host = who
+        .as_ref()
+        .map_or(nil, |w| ruby.str_new(w.host).as_value());
+    let pid = who.as_ref().map_or(nil, |w| w.pid.into_value_with(ruby));
+    let thread = who.as_ref().map_or(nil, |w| w.thread.into_value_with(ruby));
+    (shown, host, pid, thread, waiter.since_us).into_value_with(ruby)
+}
+
+/// A String of `bytes`: UTF-8 when they are, else binary (keys may be any bytes).
+fn text(ruby: &Ruby, bytes: &[u8]) -> RString {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => ruby.str_new(text),
+        Err(_) => ruby.str_from_slice(bytes),
+    }
+}

@@ -1,0 +1,112 @@
+//! The claims of `LockManager::Native::Locker` (see `claims.rs`): the enqueue locks of unique
+//! jobs, held by the job's id from push to start or finish, whichever process runs it.
+
+use magnus::{method, prelude::*, Error, IntoValue, RArray, RClass, RModule, RString, Ruby, Value};
+
+use crate::claims::{ClaimRequest, Claimed};
+use crate::lock::Lock;
+use crate::lock_core::Acquisition;
+use crate::ruby::errors;
+use crate::ruby::lock::NativeLock;
+use crate::ruby::locker::{blocking, copy_bytes, copy_keys, request, NativeLocker};
+
+pub fn init(native: RModule) -> Result<(), Error> {
+    let class: RClass = native.const_get("Locker")?;
+    class.define_method("claim", method!(claim, 3))?;
+    class.define_method("adopt", method!(adopt, 4))?;
+    class.define_method("holder", method!(holder, 1))?;
+    class.define_method("release_claim", method!(release_claim, 2))?;
+    Ok(())
+}
+
+/// Claims `keys[i]` for `tokens[i]` for `ttls_ms[i]` (one round trip on one Redis). Returns, for
+/// each, its fencing token (an Integer) when the token holds the lock now, else the holder's
+/// token (a String).
+fn claim(
+    ruby: &Ruby,
+    rb_self: &NativeLocker,
+    keys: RArray,
+    tokens: Vec<String>,
+    ttls_ms: Vec<u64>,
+) -> Result<RArray, Error> {
+    if keys.len() != tokens.len() || keys.len() != ttls_ms.len() {
+        return Err(Error::new(
+            ruby.exception_arg_error(),
+            "claim: as many tokens and TTLs as keys",
+        ));
+    }
+    let key_bytes = copy_keys(keys)?;
+    let claims: Vec<ClaimRequest> = (0..keys.len())
+        .map(|at| ClaimRequest {
+            key: &key_bytes[at],
+            token: &tokens[at],
+            ttl_ms: ttls_ms[at],
+        })
+        .collect();
+    let first = key_bytes.first().cloned().unwrap_or_default();
+    let to_ruby = |e| errors::for_key_bytes(ruby, e, &first);
+    let claimed = blocking(ruby, to_ruby, |i| rb_self.core().claim_all(&claims, i))?;
+    Ok(ruby.ary_from_iter(claimed.into_iter().map(|c| shown(ruby, c))))
+}
+
+/// Takes over the claim `token` holds on `key` (or takes the lock, when free) for this process,
+/// renewed like any lock: the job's lock while it runs. Returns the lock, or the holder's token
+/// when another holds it.
+fn adopt(
+    ruby: &Ruby,
+    rb_self: &NativeLocker,
+    key: RString,
+    token: String,
+    ttl_ms: u64,
+    renewal: Value,
+) -> Result<Value, Error> {
+    let request = request(ttl_ms, None, 1, false, renewal)?;
+    let key_bytes = copy_bytes(key);
+    let core = rb_self.core();
+    let to_ruby = |e| errors::for_key(ruby, e, key);
+    core.check_not_held(&key_bytes).map_err(to_ruby)?;
+    let claims = [ClaimRequest {
+        key: &key_bytes,
+        token: &token,
+        ttl_ms,
+    }];
+    // One claim asked, one answered.
+    let claimed = blocking(ruby, to_ruby, |i| core.claim_all(&claims, i))?.remove(0);
+    match claimed {
+        Claimed::Taken(fencing_token) => {
+            let acquired = Acquisition::for_claimed_ttl(fencing_token);
+            let lock = Lock::new(core, key_bytes, token, acquired, request);
+            Ok(ruby.obj_wrap(NativeLock::from(lock)).as_value())
+        }
+        held => Ok(shown(ruby, held)),
+    }
+}
+
+/// The token that holds `key` now, or nil.
+fn holder(ruby: &Ruby, rb_self: &NativeLocker, key: RString) -> Result<Option<RString>, Error> {
+    let key_bytes = copy_bytes(key);
+    let to_ruby = |e| errors::for_key(ruby, e, key);
+    let holder = blocking(ruby, to_ruby, |i| rb_self.core().holder(&key_bytes, i))?;
+    Ok(holder.map(|token| ruby.str_from_slice(&token)))
+}
+
+/// Releases `key` if `token` holds it (a pending job deleted, a job that died): true if it did.
+fn release_claim(
+    ruby: &Ruby,
+    rb_self: &NativeLocker,
+    key: RString,
+    token: String,
+) -> Result<bool, Error> {
+    let key_bytes = copy_bytes(key);
+    let to_ruby = |e| errors::for_key(ruby, e, key);
+    blocking(ruby, to_ruby, |i| {
+        rb_self.core().release(&key_bytes, &token, 1, i)
+    })
+}
+
+fn shown(ruby: &Ruby, claimed: Claimed) -> Value {
+    match claimed {
+        Claimed::Taken(fencing_token) => fencing_token.into_value_with(ruby),
+        Claimed::HeldBy(holder) => ruby.str_from_slice(&holder).as_value(),
+    }
+}
