@@ -5,13 +5,17 @@ module LockManager
   # the Sidekiq option "lock_manager", so `set(lock_manager: { ... })` can override them per job.
   # A Proc key cannot travel in a job's JSON: it stays on the job class (see Worker).
   class JobOptions
-    MODES = %w[nonblocking blocking].freeze
+    # Held while the job runs: one attempt, or waiting for the lock.
+    RUN_MODES = %w[nonblocking blocking].freeze
+    # Held from push: until the job starts, until it succeeds, or until it starts and then while it runs.
+    UNIQUE_MODES = %w[until_executing until_executed until_and_while_executing].freeze
+    MODES = (RUN_MODES + UNIQUE_MODES).freeze
     CONFLICTS = %w[skip reschedule raise].freeze
-    NAMES = %w[key timeout on_conflict reschedule_in limit renew max_hold].freeze
+    NAMES = %w[key timeout on_conflict reschedule_in limit renew max_hold unique_for].freeze
     DEFAULTS = { "mode" => "nonblocking", "timeout" => 30, "on_conflict" => "skip", "reschedule_in" => 5,
                  "limit" => 1 }.freeze
 
-    attr_reader :mode, :key, :timeout, :on_conflict, :reschedule_in, :limit, :renew, :max_hold
+    attr_reader :mode, :key, :timeout, :on_conflict, :reschedule_in, :limit, :renew, :max_hold, :unique_for
 
     # @param options [Hash] symbol or string keys, as given to lock_with or set(lock_manager: ...)
     # @raise [ArgumentError] naming the first bad option
@@ -21,9 +25,7 @@ module LockManager
       @mode = choice(options["mode"], MODES, "mode")
       @key = key_option(options["key"])
       @on_conflict = conflict_option(options["on_conflict"], given.key?("on_conflict"))
-      @timeout = seconds(options, "timeout")
-      @reschedule_in = seconds(options, "reschedule_in")
-      @limit, @renew, @max_hold = holding(options)
+      read_times(options)
     end
 
     # The options of the lock call: renewal only when lock_with chose (else the configured default).
@@ -35,14 +37,32 @@ module LockManager
       mode == "blocking"
     end
 
-    # What goes into sidekiq_options: nothing that JSON cannot carry, nothing :blocking ignores.
+    # Whether the lock is taken when the job is pushed (the until_* strategies).
+    def unique?
+      UNIQUE_MODES.include?(mode)
+    end
+
+    # What goes into sidekiq_options: nothing that JSON cannot carry, nothing the mode ignores.
     def to_h
-      conflict = { "on_conflict" => on_conflict, "reschedule_in" => reschedule_in } unless blocking?
+      conflict = { "on_conflict" => on_conflict, "reschedule_in" => reschedule_in } if conflicts?
       { "mode" => mode, "key" => (key if key.is_a?(String)), "timeout" => timeout, "limit" => limit,
-        "renew" => renew, "max_hold" => max_hold, **conflict.to_h }.compact
+        "renew" => renew, "max_hold" => max_hold, "unique_for" => unique_for, **conflict.to_h }
+        .compact.except(*implied)
     end
 
     private
+
+    def read_times(options)
+      @timeout = seconds(options, "timeout")
+      @reschedule_in = seconds(options, "reschedule_in")
+      @limit, @renew, @max_hold = holding(options)
+      @unique_for = unique_for_option(options["unique_for"])
+    end
+
+    # Whether the job can find its lock held when it starts: every mode but these two.
+    def conflicts?
+      !blocking? && mode != "until_executing"
+    end
 
     def seconds(options, name)
       Arguments.seconds(options[name], "lock_with #{name}")
@@ -55,8 +75,33 @@ module LockManager
       renew = options.key?("renew") ? Arguments.boolean(options["renew"], "lock_with renew") : nil
       max_hold = Arguments.optional_seconds(options["max_hold"], "lock_with max_hold")
       raise ArgumentError, "lock_with max_hold needs renew: true" if max_hold && !renew
+      return [limit, renew, max_hold] unless unique?
 
-      [limit, renew, max_hold]
+      raise ArgumentError, "lock_with :#{mode} holds one lock per job: limit is not for it" if limit != 1
+      # A unique job's lock lives `timeout` while it runs and is renewed until it ends.
+      raise ArgumentError, "lock_with :#{mode} always renews its lock while the job runs" if renew == false
+
+      [1, true, max_hold]
+    end
+
+    # Renewal is implied for the until_* modes, and their limit is 1: what to_h leaves out.
+    def implied
+      unique? ? %w[limit renew] : []
+    end
+
+    def unique_for_option(value)
+      if !unique? && !value.nil?
+        raise ArgumentError, "lock_with unique_for is for :until_executing, :until_executed and " \
+                             ":until_and_while_executing"
+      end
+      return unless unique?
+
+      if value.nil?
+        raise ArgumentError, "lock_with :#{mode} needs unique_for: the seconds a pending job's lock lives " \
+                             "at most (counted from its scheduled time), so that no lock outlives a lost job"
+      end
+
+      Arguments.seconds(value, "lock_with unique_for")
     end
 
     def known(options)
@@ -89,8 +134,9 @@ module LockManager
     end
 
     def conflict_option(value, given)
-      if blocking? && given && value.to_s != "raise"
-        raise ArgumentError, "lock_with on_conflict is for :nonblocking; :blocking waits up to timeout, then raises"
+      if given && !conflicts? && value.to_s != "raise"
+        raise ArgumentError, "lock_with on_conflict is not for :#{mode}: " +
+                             (blocking? ? "it waits up to timeout, then raises" : "it takes no lock when the job runs")
       end
 
       choice(value, CONFLICTS, "on_conflict")

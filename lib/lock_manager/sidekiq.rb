@@ -1,74 +1,68 @@
 # frozen_string_literal: true
 
 require "sidekiq"
+require "sidekiq/api"
 require_relative "../lock_manager"
 require_relative "job_options"
+require_relative "job_lock"
+require_relative "sidekiq/jobs"
+require_relative "sidekiq/retries"
+require_relative "sidekiq/client_middleware"
+require_relative "sidekiq/server_middleware"
+require_relative "sidekiq/bulk_push"
+require_relative "sidekiq/deleted_jobs"
 
 module LockManager
-  # The Sidekiq integration: `require "lock_manager/sidekiq"` (or `include LockManager::Worker`).
+  # The Sidekiq integration (6.4 and 7.x): `require "lock_manager/sidekiq"` (or
+  # `include LockManager::Worker`) installs it.
   module Sidekiq
-    # Runs jobs that use `lock_with` under their lock; passes every other job through untouched,
-    # at no Redis cost. Holds no state between jobs (Sidekiq 6.4 builds one per job).
-    class ServerMiddleware
-      include ::Sidekiq::ServerMiddleware if defined?(::Sidekiq::ServerMiddleware)
+    # A capsule's own chains, where it has copied them already (nil otherwise: nothing to add to).
+    CopiedChains = Struct.new(:capsule) do
+      def client_middleware
+        capsule.instance_variable_get(:@client_chain)
+      end
 
-      def call(job_instance, job, _queue, &block)
-        options = options_for(job_instance.class, job)
-        return yield unless options
+      def server_middleware
+        capsule.instance_variable_get(:@server_chain)
+      end
+    end
 
-        key = lock_key(job_instance.class, job, options)
-        return LockManager::Locker.blocking_lock(key, **options.lock_options, &block) if options.blocking?
-
-        result = LockManager::Locker.nonblocking_lock(key, **options.lock_options, &block)
-        conflict(job, key, options) unless result.run?
-        result.result
+    class << self
+      # Adds the middlewares to Sidekiq's chains: the configuration's, every Sidekiq 7 capsule's
+      # (each copies the chains when its first job runs, so a class loaded later must reach them
+      # too) and Sidekiq::Testing's. Idempotent: every `lock_with` calls it.
+      def install
+        install_middlewares
+        [BulkPush::Client, FailedPush].each { |push| ::Sidekiq::Client.prepend(push) unless ::Sidekiq::Client <= push }
+        [::Sidekiq::JobRecord, ::Sidekiq::SortedEntry].each do |api|
+          api.prepend(DeletedJobs) unless api.instance_method(:delete).owner == DeletedJobs
+        end
       end
 
       private
 
-      # The class's lock_with options, overridden by what the job carries (set(lock_manager: ...));
-      # nil for a job that uses neither. The class counts even for jobs pushed by class name.
-      def options_for(klass, job)
-        defaults = klass.respond_to?(:get_sidekiq_options) ? klass.get_sidekiq_options["lock_manager"] : nil
-        return unless defaults || job["lock_manager"]
-
-        JobOptions.new((defaults || {}).merge(job["lock_manager"] || {}))
-      end
-
-      # The lock key: set(lock_manager: { key: }) wins, then lock_with's String or Proc, then the class name.
-      def lock_key(klass, job, options)
-        return options.key if options.key.is_a?(String)
-
-        proc = klass.respond_to?(:lock_manager_key) ? klass.lock_manager_key : nil
-        proc ? proc.call(*job["args"]).to_s : job["class"].to_s
-      end
-
-      def conflict(job, key, options)
-        case options.on_conflict
-        when "skip"
-          ::Sidekiq.logger.info("lock_manager: skipped #{job["class"]} jid=#{job["jid"]}: lock #{key.inspect} is held")
-        when "reschedule"
-          reschedule(job, key, options.reschedule_in)
-        else
-          raise LockManager::LockNotAcquired, key
+      def install_middlewares
+        ::Sidekiq.configure_client { |config| add(config.client_middleware, ClientMiddleware) }
+        ::Sidekiq.configure_server do |config|
+          chains(config).each do |holder|
+            add(holder.client_middleware, ClientMiddleware)
+            add(holder.server_middleware, ServerMiddleware)
+          end
         end
+        ::Sidekiq::Testing.server_middleware { |chain| add(chain, ServerMiddleware) } if defined?(::Sidekiq::Testing)
       end
 
-      def reschedule(job, key, seconds)
-        delay = seconds + (rand * seconds / 4) # jitter: rescheduled jobs do not all come back at once
-        copy = job.slice("class", "args", "queue", "retry", "lock_manager").merge("at" => Time.now.to_f + delay)
-        jid = ::Sidekiq::Client.push(copy)
-        ::Sidekiq.logger.info("lock_manager: rescheduled #{job["class"]} jid=#{job["jid"]} in #{delay.round(1)}s " \
-                              "as jid=#{jid}: lock #{key.inspect} is held")
+      # The configuration, and the Sidekiq 7 capsules that already copied its chains. A capsule
+      # that has not is left alone: reading its chain would copy it now, and middleware the app
+      # adds later would never reach it (a capsule copies once).
+      def chains(config)
+        config = ::Sidekiq if config.is_a?(Hash) # 6.4 yields its options Hash; its chains hang off Sidekiq
+        capsules = config.respond_to?(:capsules) ? config.capsules.values : []
+        [config, *capsules.map { |capsule| CopiedChains.new(capsule) }]
       end
-    end
 
-    # Adds the middleware to Sidekiq's server chain (idempotent; only in the server process).
-    def self.install
-      ::Sidekiq.configure_server do |config|
-        config.server_middleware do |chain|
-          chain.add(ServerMiddleware) unless chain.exists?(ServerMiddleware)
-        end
+      def add(chain, middleware)
+        chain.add(middleware) unless chain.nil? || chain.exists?(middleware)
       end
     end
   end

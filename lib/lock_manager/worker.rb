@@ -1,33 +1,53 @@
 # frozen_string_literal: true
 
-require "sidekiq"
 require_relative "../lock_manager"
-require_relative "sidekiq"
+require_relative "job_options"
 
 module LockManager
-  # Locks a Sidekiq job while it runs:
+  # Locks a job, in Sidekiq (6.4, 7.x) or in ActiveJob (any adapter):
   #
   #   class MyWorker
   #     include LockManager::Worker
   #     lock_with :nonblocking, key: ->(user_id, *) { "user:#{user_id}" }, on_conflict: :skip
   #   end
   #
-  # Including it also makes the class a Sidekiq job, and registers the server middleware.
+  # In a plain class it also includes Sidekiq::Job and installs the Sidekiq middlewares; in an
+  # ActiveJob class it locks through ActiveJob's callbacks instead (see LockManager::ActiveJob).
   module Worker
     def self.included(base)
-      base.include(::Sidekiq::Worker) unless base < ::Sidekiq::Worker
+      if defined?(::ActiveJob::Base) && base < ::ActiveJob::Base
+        require_relative "active_job"
+        base.include(LockManager::ActiveJob)
+        require_relative "sidekiq" if defined?(::Sidekiq) # its pushes and Web UI deletes of this class
+      else
+        require_relative "sidekiq"
+        base.include(::Sidekiq::Worker) unless base < ::Sidekiq::Worker
+      end
       base.extend(ClassMethods)
     end
 
     # Class-level DSL of a locked job.
     module ClassMethods
-      # @param mode [Symbol] :nonblocking (skip, reschedule or raise when held) or :blocking (wait)
-      # @param options see JobOptions: key, timeout, on_conflict, reschedule_in, limit, renew, max_hold
+      # @param mode [Symbol] :nonblocking (skip, reschedule or raise when held), :blocking (wait),
+      #   or unique from push: :until_executing, :until_executed, :until_and_while_executing
+      # @param options see JobOptions: key, timeout, on_conflict, reschedule_in, limit, renew,
+      #   max_hold, unique_for
       # @raise [ArgumentError] at class load, naming the bad option
       def lock_with(mode = :nonblocking, **options)
         checked = JobOptions.new(options.merge(mode: mode))
-        @lock_manager_key = checked.key if checked.key.is_a?(Proc)
+        @lock_manager_key = (checked.key if checked.key.is_a?(Proc))
+        @lock_manager_options = checked.to_h.freeze
+        return if respond_to?(:lock_manager_callbacks?)
+
         sidekiq_options("lock_manager" => checked.to_h)
+        LockManager::Sidekiq.install # reaches Sidekiq 7 capsules that started before this class loaded
+      end
+
+      # The options of lock_with (JSON-safe), or the superclass's.
+      def lock_manager_options
+        return @lock_manager_options if defined?(@lock_manager_options)
+
+        superclass.respond_to?(:lock_manager_options) ? superclass.lock_manager_options : nil
       end
 
       # The Proc given as `key:`, if any (a Proc cannot travel in the job's JSON).
@@ -38,4 +58,6 @@ module LockManager
       end
     end
   end
+
+  Job = Worker
 end

@@ -1,0 +1,105 @@
+# frozen_string_literal: true
+
+require "active_job"
+require_relative "../lock_manager"
+require_relative "job_options"
+require_relative "job_lock"
+
+module LockManager
+  # `include LockManager::Worker` in an ActiveJob class: the same `lock_with` as in a Sidekiq job,
+  # applied through ActiveJob's own callbacks on any adapter (around_enqueue takes a unique job's
+  # lock, around_perform runs the job under its strategy). The job's lock is held by its job_id,
+  # which stays the same across retry_on and the adapter's retries.
+  module ActiveJob
+    ENQUEUING = :lock_manager_active_job_enqueuing
+
+    def self.included(base)
+      base.extend(ClassMethods)
+      base.around_enqueue { |job, enqueue| job.send(:lock_manager_enqueue, &enqueue) }
+      base.around_perform { |job, perform| job.send(:lock_manager_perform, &perform) }
+      # ActiveJob 7.0+ has its own; 6.1 returns false from perform_later without saying more.
+      base.attr_writer :successfully_enqueued unless base.method_defined?(:successfully_enqueued?)
+      base.define_method(:successfully_enqueued?) { @successfully_enqueued == true } unless
+        base.method_defined?(:successfully_enqueued?)
+    end
+
+    # Whether this thread is pushing a job whose lock around_enqueue took (the Sidekiq middleware
+    # then leaves it alone).
+    def self.enqueuing?
+      Thread.current[ENQUEUING] == true
+    end
+
+    # Class methods of an ActiveJob class that includes LockManager::Worker.
+    module ClassMethods
+      # Its locks come from its callbacks, not from the Sidekiq middleware.
+      def lock_manager_callbacks?
+        true
+      end
+    end
+
+    private
+
+    def lock_manager_job_options
+      options = self.class.lock_manager_options
+      JobOptions.new(options) if options
+    end
+
+    def lock_manager_lock(options = lock_manager_job_options)
+      return unless options
+
+      JobLock.new(options: options, class_name: self.class.name, args: arguments, token: job_id,
+                  key_proc: self.class.lock_manager_key,
+                  digest_args: -> { ::ActiveJob::Arguments.serialize(arguments) })
+    end
+
+    # A refused push: the job is not enqueued, perform_later returns false. Only a unique job
+    # takes a lock at push (its key is not even computed otherwise).
+    def lock_manager_enqueue(&block)
+      options = lock_manager_job_options
+      return yield unless options&.unique?
+
+      lock = lock_manager_lock(options)
+      holder = JobLock.claim([lock], [scheduled_at]).first
+      return lock_manager_push(lock, &block) unless holder
+
+      lock_manager_log("refused", lock.key, " by #{holder}")
+      Instrumentation.conflict(lock, self.class.name, job_id, refused_by: holder)
+      self.successfully_enqueued = false
+    end
+
+    def lock_manager_log(what, key, held)
+      logger&.info("lock_manager: #{what} #{self.class.name} job_id=#{job_id}: lock #{key.inspect} is held#{held}")
+    end
+
+    def lock_manager_push(lock)
+      outer = Thread.current[ENQUEUING]
+      Thread.current[ENQUEUING] = true
+      yield
+      self.successfully_enqueued = true
+    rescue Exception # rubocop:disable Lint/RescueException -- a job not enqueued leaves no lock
+      lock.abandon
+      raise
+    ensure
+      Thread.current[ENQUEUING] = outer
+    end
+
+    def lock_manager_perform(&block)
+      lock = lock_manager_lock
+      return yield unless lock
+
+      # The adapter (or retry_on) may try again: a unique job's lock outlives the failure by unique_for.
+      ran = lock.run(retry_in: ->(_error) { 0 }, &block)
+      lock_manager_conflict(lock) unless ran
+    end
+
+    def lock_manager_conflict(lock)
+      Instrumentation.conflict(lock, self.class.name, job_id)
+      case lock.options.on_conflict
+      when "skip"
+        lock_manager_log("skipped", lock.held_key, lock.holder ? " by #{lock.holder}" : "")
+      when "reschedule" then retry_job(wait: lock.options.reschedule_in)
+      else raise LockManager::LockNotAcquired, lock.held_key
+      end
+    end
+  end
+end

@@ -1,0 +1,86 @@
+# frozen_string_literal: true
+
+module LockManager
+  module Sidekiq
+    # push_bulk takes every unique job's lock before the jobs go through the client middleware,
+    # in one round trip per 1,000 jobs; the middleware then keeps or drops each job (a kept job's
+    # jid becomes the one its lock was claimed for).
+    class BulkPush
+      SLICE = 1_000
+
+      # Prepended to Sidekiq::Client.
+      module Client
+        def push_bulk(items)
+          bulk = BulkPush.prepare(items)
+          bulk ? BulkPush.around(bulk) { super } : super
+        end
+      end
+
+      class << self
+        def current
+          Thread.current[:lock_manager_bulk_push]
+        end
+
+        # The bulk's claims, or nil when its class has no unique lock.
+        def prepare(items)
+          return unless items["args"].is_a?(Array)
+
+          klass, options = Jobs.unique_options(items, items["class"])
+          new(items, klass, options) if klass && options
+        end
+
+        def around(bulk)
+          outer = current
+          Thread.current[:lock_manager_bulk_push] = bulk
+          pushed = yield
+          bulk.release_unpushed
+          pushed
+        rescue Exception # rubocop:disable Lint/RescueException -- jobs not pushed leave no lock
+          bulk.release_unpushed(all: true)
+          raise
+        ensure
+          Thread.current[:lock_manager_bulk_push] = outer
+        end
+      end
+
+      def initialize(items, klass, options)
+        @locks = items["args"].map { |job_args| lock_for(items, klass, options, job_args) }
+        @index = {}.compare_by_identity
+        items["args"].each_with_index { |job_args, index| @index[job_args] = index }
+        @holders = claim(items["at"])
+        @taken = []
+      end
+
+      # @return [Array(JobLock, String), nil] the job's lock and, when another holds it, the holder;
+      #   nil for a job this bulk did not claim (another middleware replaced its arguments)
+      def take(job)
+        index = @index[job["args"]] or return
+
+        job["jid"] = @locks[index].token unless job["wrapped"]
+        @taken[index] = true
+        [@locks[index], @holders[index]]
+      end
+
+      # Releases the claims of jobs not pushed: another middleware stopped them, or the push failed.
+      def release_unpushed(all: false)
+        @locks.each_with_index do |lock, index|
+          lock.abandon unless @holders[index] || (@taken[index] && !all)
+        end
+      end
+
+      private
+
+      def claim(at)
+        scheduled = @locks.each_index.map { |index| at.is_a?(Array) ? at[index] : at }
+        @locks.each_slice(SLICE).zip(scheduled.each_slice(SLICE)).flat_map { |locks, ats| JobLock.claim(locks, ats) }
+      end
+
+      # A wrapped ActiveJob is held by its job_id; a Sidekiq job by the jid it is about to get.
+      def lock_for(items, klass, options, job_args)
+        job = { "class" => items["class"], "wrapped" => items["wrapped"], "args" => job_args,
+                "jid" => SecureRandom.hex(12) }
+        Jobs.build(job, klass, options)
+      end
+    end
+  end
+end
