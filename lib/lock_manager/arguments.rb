@@ -17,10 +17,10 @@ module LockManager
 
     # @return [String] the key, not copied: the extension reads its bytes whatever its encoding
     #   (keys are bytes, not text) and copies them before Ruby code can change it
-    def key(key)
+    def key(key, name = :key)
       key = key.name if key.is_a?(Symbol) # frozen and cached: no new String per call
-      raise ArgumentError, "key must be a String or Symbol, got #{key.inspect}" unless key.is_a?(String)
-      raise ArgumentError, "key must not be empty" if key.empty?
+      raise ArgumentError, "#{name} must be a String or Symbol, got #{key.inspect}" unless key.is_a?(String)
+      raise ArgumentError, "#{name} must not be empty" if key.empty?
 
       key
     end
@@ -87,11 +87,19 @@ module LockManager
     end
 
     ON_LOST = %i[warn raise].freeze
+    # Redis unreachable when a lock is asked for: raise, run the block unlocked, or act as if taken.
+    ON_REDIS_ERROR = %i[raise run skip].freeze
 
     def on_lost(value, name)
       return value if ON_LOST.include?(value)
 
       raise ArgumentError, "#{name} must be :warn or :raise, got #{value.inspect}"
+    end
+
+    def on_redis_error(value, name)
+      return value if ON_REDIS_ERROR.include?(value)
+
+      raise ArgumentError, "#{name} must be :raise, :run or :skip, got #{value.inspect}"
     end
 
     def string(value, name)

@@ -7,12 +7,13 @@ module LockManager
   class Configuration
     SETTINGS = %i[
       redis_url pool_size pool_timeout key_prefix connect_timeout read_timeout retry_interval fair on_lost renew
-      max_hold sentinels sentinel_master cluster min_replicas replica_timeout
+      max_hold sentinels sentinel_master cluster min_replicas replica_timeout on_redis_error
     ].freeze
 
     attr_writer :redis_url, :sentinels, :cluster
     attr_accessor :pool_size, :pool_timeout, :key_prefix, :connect_timeout, :read_timeout, :retry_interval, :fair,
-                  :on_lost, :renew, :max_hold, :logger, :sentinel_master, :min_replicas, :replica_timeout
+                  :on_lost, :renew, :max_hold, :logger, :sentinel_master, :min_replicas, :replica_timeout,
+                  :on_redis_error
 
     def initialize
       @redis_url = ENV.fetch("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -26,6 +27,7 @@ module LockManager
       @on_lost = :warn # a lock that expired while its block ran: :warn (log it) or :raise (LockLost)
       @renew = false # keep locks alive while their block runs (see Locker#nonblocking_lock)
       @max_hold = nil # with renew: seconds after which a lock is no longer renewed (nil: no cap)
+      @on_redis_error = :raise # Redis unreachable: :raise, :run (the block runs unlocked) or :skip (as if taken)
       @logger = Logger.new($stderr, progname: "lock_manager", level: Logger::WARN)
       topology_defaults
     end
@@ -71,7 +73,8 @@ module LockManager
     CHECKS = {
       redis_url: :redis_url, pool_size: :pool_size, pool_timeout: :seconds, key_prefix: :key_prefix,
       connect_timeout: :seconds, read_timeout: :seconds, retry_interval: :seconds, fair: :boolean,
-      on_lost: :on_lost, renew: :boolean, max_hold: :optional_seconds, replica_timeout: :seconds
+      on_lost: :on_lost, on_redis_error: :on_redis_error, renew: :boolean, max_hold: :optional_seconds,
+      replica_timeout: :seconds
     }.transform_values { |check| Arguments.method(check) }.merge(
       { sentinels: :redis_urls, sentinel_master: :optional_name, cluster: :redis_urls, min_replicas: :replicas }
         .transform_values { |check| Arguments::Topology.method(check) }

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 module LockManager
-  # A held lock, as returned by Locker#try_lock and Locker#lock. Its token is the UUID this
+  # A held lock, as returned by Locker#try_lock and Locker#lock. Its token is the one this
   # acquisition wrote: every call below acts only while that token still holds the key.
   class Lock
     attr_reader :key
@@ -10,9 +10,10 @@ module LockManager
     def initialize(key, native)
       @key = key
       @native = native
+      @acquired_at = Instrumentation.clock
     end
 
-    # @return [String] the UUID that holds the key
+    # @return [String] the token that holds the key: who took it (host/pid/thread), when, and a random part
     def token
       @native.token
     end
@@ -37,13 +38,26 @@ module LockManager
     # is dropped: it would overwrite this).
     # @return [Boolean] false when the lock expired or changed hands
     def refresh(seconds)
-      @native.refresh(Arguments.milliseconds(seconds, :seconds))
+      refreshed = @native.refresh(Arguments.milliseconds(seconds, :seconds))
+      Instrumentation.renewed(key, seconds, refreshed)
+      refreshed
+    end
+
+    # Stops the renewal and leaves the lock in Redis for `seconds` more, for another process to
+    # take over by its token (a unique job waiting for its retry); this thread no longer holds it.
+    # @return [Boolean] false when the lock expired or changed hands
+    def keep(seconds)
+      kept = @native.keep(Arguments.milliseconds(seconds, :seconds))
+      Instrumentation.renewed(key, seconds, kept)
+      kept
     end
 
     # Stops the renewal, if any, and deletes the lock.
     # @return [Boolean] true if this token still held the lock and deleted it
     def release
-      @native.release
+      released = @native.release
+      Instrumentation.released(key, released) { Instrumentation.clock - @acquired_at }
+      released
     end
 
     def inspect

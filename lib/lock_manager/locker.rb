@@ -4,6 +4,9 @@ module LockManager
   # Locks on one Redis, with a pool of its own. `LockManager::Locker.nonblocking_lock` and
   # `.blocking_lock` use the shared one built from LockManager.config.
   class Locker
+    include Claims
+    include BlockCalls
+
     DEFAULT_TIMEOUT = 30
 
     Result = LockManager::Result
@@ -38,10 +41,12 @@ module LockManager
     # @param timeout [Numeric] seconds the lock lives (renewed by `renew: true` while the block runs)
     # @param limit [Integer] how many callers may hold the key at once (1: a plain lock)
     # @param renew [Boolean] keep the lock alive while the block runs, for `max_hold` seconds at most
+    # @param on_redis_error [Symbol, nil] :raise, :run or :skip when Redis cannot be reached (nil: the setting)
     # @return [Result] run? is false (and the block skipped) when the lock is taken
-    def nonblocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, renew: renew?, max_hold: nil, &block)
-      synchronize(key, timeout, limit, wait: false, fair: false, renew: renew, max_hold: max_hold, &block) ||
-        Result.new(false)
+    def nonblocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, renew: renew?, max_hold: nil, on_redis_error: nil,
+                         &block)
+      synchronize(key, timeout, limit, wait: false, fair: false, renew: renew, max_hold: max_hold,
+                                       on_redis_error: on_redis_error, &block) || Result.new(false)
     end
 
     # Waits up to `timeout` seconds for the lock, then runs the block. The wait is woken by the
@@ -49,28 +54,40 @@ module LockManager
     # @param limit [Integer] how many callers may hold the key at once (1: a plain lock)
     # @param fair [Boolean] waiters take the lock in arrival order, across threads and processes
     # @param renew [Boolean] keep the lock alive while the block runs, for `max_hold` seconds at most
+    # @param on_redis_error [Symbol, nil] :raise, :run or :skip when Redis cannot be reached (nil: the setting)
+    # @param wait [Numeric, nil] seconds to wait for the lock (nil: `timeout`)
     # @return the block's value
     # @raise [LockNotAcquired] when the lock stays taken for the whole wait
-    def blocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, fair: fair?, renew: renew?, max_hold: nil, &block)
-      synchronize(key, timeout, limit, wait: true, fair: fair, renew: renew, max_hold: max_hold, &block).result
+    def blocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, fair: fair?, renew: renew?, max_hold: nil,
+                      on_redis_error: nil, wait: nil, &block)
+      synchronize(key, timeout, limit, wait: wait ? Arguments.seconds(wait, :wait) : true, fair: fair, renew: renew,
+                                       max_hold: max_hold, on_redis_error: on_redis_error, &block).result
     end
 
     # @return [Lock, nil] nil when someone else holds the lock
     def try_lock(key, timeout: DEFAULT_TIMEOUT, renew: renew?, max_hold: nil)
       key = Arguments.key(key).dup.freeze # the Lock keeps it: the caller may change theirs
-      native = @native.lock(key, Arguments.milliseconds(timeout, :timeout), nil, false, renewal(renew, max_hold))
+      ttl = Arguments.milliseconds(timeout, :timeout)
+      renewal = renewal(renew, max_hold)
+      lock = Instrumentation.acquiring(key, :try_lock) { native.lock(key, ttl, nil, false, renewal) }
       check_eviction_policy unless @eviction_policy_checked
-      native && Lock.new(key, native)
+      LeaseEvents.watch if lock && renewal
+      lock && Lock.new(key, lock)
     end
 
+    # @param wait [Numeric, nil] seconds to wait for the lock (nil: `timeout`)
     # @return [Lock]
-    # @raise [LockNotAcquired] when the lock stays held for `timeout` seconds
-    def lock(key, timeout: DEFAULT_TIMEOUT, fair: fair?, renew: renew?, max_hold: nil)
+    # @raise [LockNotAcquired] when the lock stays held for the whole wait
+    def lock(key, timeout: DEFAULT_TIMEOUT, fair: fair?, renew: renew?, max_hold: nil, wait: nil)
       key = Arguments.key(key).dup.freeze # the Lock keeps it: the caller may change theirs
       ttl = Arguments.milliseconds(timeout, :timeout)
-      native = @native.lock(key, ttl, ttl / 1000.0, Arguments.boolean(fair, :fair), renewal(renew, max_hold))
+      wait = wait ? Arguments.seconds(wait, :wait).to_f : ttl / 1000.0
+      fair = Arguments.boolean(fair, :fair)
+      renewal = renewal(renew, max_hold)
+      lock = Instrumentation.acquiring(key, :lock) { native.lock(key, ttl, wait, fair, renewal) }
       check_eviction_policy unless @eviction_policy_checked
-      Lock.new(key, native)
+      LeaseEvents.watch if renewal
+      Lock.new(key, lock)
     end
 
     # @return [Boolean] whether blocking waits are fair unless told otherwise
@@ -85,12 +102,24 @@ module LockManager
 
     # @return [Boolean] true if anyone holds the lock
     def locked?(key)
-      @native.locked?(Arguments.key(key))
+      native.locked?(Arguments.key(key))
     end
 
     # @return [Array(Integer, Integer)] open and idle connections of this process's pool
     def pool_state
-      @native.pool_state
+      native.pool_state
+    end
+
+    # The extension object behind this Locker (LockManager::Testing's while it is on): for
+    # LockManager::Admin, which reads through the same pool and key prefix.
+    # @api private
+    def backend
+      native
+    end
+
+    # @return [Symbol] what a lock call does when Redis cannot be reached: :raise, :run or :skip
+    def on_redis_error
+      @settings[:on_redis_error]
     end
 
     def settings
@@ -103,55 +132,14 @@ module LockManager
 
     private
 
-    # Checks the arguments of a block call, then runs the block under the lock. The hot path of
-    # every lock call: it builds no arrays or hashes, and does not make the block a Proc (see
-    # Result#yield_to).
-    # @return [Result, nil] nil when the lock was taken
-    def synchronize(key, timeout, limit, wait:, fair:, renew:, max_hold:, &block)
-      raise ArgumentError, "a block is required" unless block_given?
-
-      ttl = Arguments.milliseconds(timeout, :timeout)
-      result = run_locked(Arguments.key(key), ttl, Arguments.positive_integer(limit, :limit),
-                          wait: wait ? ttl / 1000.0 : nil, fair: Arguments.boolean(fair, :fair),
-                          renewal: renewal(renew, max_hold), &block)
-      check_eviction_policy unless @eviction_policy_checked
-      result
-    end
-
-    # Runs the block under the lock; a lock lost meanwhile, or not released, is reported.
-    def run_locked(key, ttl, limit, wait:, fair:, renewal:, &block)
-      result = raised = nil
-      outcome = @native.synchronize(key, ttl, wait, limit, fair, renewal) do |fencing_token, lock|
-        result = Result.new(true, fencing_token: fencing_token, lock: lock)
-        result.yield_to(&block)
-      rescue Exception => e # rubocop:disable Lint/RescueException -- re-raised once the lock is released
-        raised = e
-      end
-      return if outcome.nil?
-
-      held = held_to_the_end?(key, outcome, raised)
-      Reports.lost(key, result, ttl: ttl, renewal: renewal, on_lost: @settings[:on_lost]) unless held
-      result.finish(lost: !held)
-    end
-
-    # The extension's word on the release after the block: true or false, or [held, problem]
-    # when the release failed (logged: it cannot change what the block did). The block's own
-    # exception, if any, goes on from here.
-    def held_to_the_end?(key, outcome, raised)
-      if outcome.is_a?(Array)
-        held, problem = outcome
-        Reports.release_failed(key, problem)
-      else
-        held = outcome
-      end
-      raise raised if raised
-
-      held
+    # The extension, or the in-process one of LockManager::Testing while it is on.
+    def native
+      LockManager.testing_backend || @native
     end
 
     # Once per Locker, as soon as it has connected.
     def check_eviction_policy
-      policy = @native.maxmemory_policy or return
+      policy = native.maxmemory_policy or return
 
       @eviction_policy_checked = true
       Reports.eviction_policy(@settings[:redis_url], policy)

@@ -11,15 +11,26 @@ module LockManager
       LockManager.logger&.warn("lock #{key.inspect}: #{problem}")
     end
 
-    # The lock expired while its block ran: a warning, or LockLost with `on_lost: :raise`.
+    # What the app is told of a lock that expired while its block ran.
     # @param result [Result] of the block that just ran
     # @param renewal [false, true, Integer] as Arguments.renewal returns it
-    def lost(key, result, ttl:, renewal:, on_lost:)
-      error = LockLost.new(key, value: result.result, ran_for: result.ran_for, timeout: ttl / 1000.0,
-                                renewed: renewal != false, max_hold: renewal.is_a?(Integer) ? renewal / 1000.0 : nil)
+    # @return [LockLost]
+    def lost_error(key, result, ttl:, renewal:)
+      LockLost.new(key, value: result.result, ran_for: result.ran_for, timeout: ttl / 1000.0,
+                        renewed: renewal != false, max_hold: renewal.is_a?(Integer) ? renewal / 1000.0 : nil)
+    end
+
+    # A lost lock: a warning, or the LockLost raised with `on_lost: :raise`.
+    def lost(error, on_lost:)
       raise error if on_lost == :raise
 
       LockManager.logger&.warn(error.message)
+    end
+
+    # Redis could not be reached for a lock, and on_redis_error says to go on without it.
+    def unreachable(key, error, on_redis_error)
+      going_on = on_redis_error == :run ? "running without the lock #{key.inspect}" : "treating #{key.inspect} as taken"
+      LockManager.logger&.warn("#{error.message}; #{going_on} (on_redis_error: :#{on_redis_error})")
     end
 
     # Redis may evict keys under memory pressure: a held lock could vanish and be granted twice.
