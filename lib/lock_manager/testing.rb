@@ -1,0 +1,145 @@
+# frozen_string_literal: true
+
+require "securerandom"
+require "socket"
+require_relative "../lock_manager"
+require_relative "testing/request"
+require_relative "testing/unconnected"
+require_relative "testing/keyspace"
+require_relative "testing/registry"
+require_relative "testing/queues"
+require_relative "testing/store"
+require_relative "testing/fake_lock"
+require_relative "testing/fake_locker"
+require_relative "testing/granting_locker"
+require_relative "testing/recorder"
+
+module LockManager
+  # Locks in an app's tests, without Redis:
+  #
+  #   LockManager::Testing.fake!    # in-process locks with the real semantics (exclusion, TTL, limit...)
+  #   LockManager::Testing.disable! # every lock granted at once
+  #   LockManager::Testing.real!    # Redis again
+  #   LockManager::Testing.fake { ... } # for the block only, then the mode before it
+  #
+  # Every Locker follows the mode, the shared one and those of Locker.new, built before or after.
+  # See docs/testing.md, and lock_manager/testing/rspec and lock_manager/testing/minitest.
+  module Testing
+    # Fencing tokens of the fake and disabled modes: one counter per process, started at the clock
+    # in microseconds as the real counter is, so they only grow, for every key.
+    class Fencing
+      def initialize
+        @mutex = Mutex.new
+        @last = Process.clock_gettime(Process::CLOCK_REALTIME, :microsecond)
+      end
+
+      def next
+        @mutex.synchronize { @last += 1 }
+      end
+    end
+
+    # Longest part of a key quoted in a message, as the extension quotes it.
+    KEY_PREVIEW_CHARS = 120
+
+    @fencing = Fencing.new
+    @store = Store.new(@fencing)
+    @fake = FakeLocker.new(@store)
+    @granting = GrantingLocker.new(@fencing)
+
+    class << self
+      # Every Locker uses the in-process locks from now on.
+      # @return [Symbol] :fake
+      def fake!
+        LockManager.testing_backend = @fake
+        mode
+      end
+
+      # Every lock is granted at once from now on (no exclusion).
+      # @return [Symbol] :disabled
+      def disable!
+        LockManager.testing_backend = @granting
+        mode
+      end
+
+      # Every Locker uses Redis again.
+      # @return [Symbol] :real
+      def real!
+        LockManager.testing_backend = nil
+        mode
+      end
+
+      # Runs the block in fake mode, then restores the mode before it (also when the block raises).
+      # @return the block's value
+      def fake(&block)
+        within(@fake, &block)
+      end
+
+      # Runs the block with every lock granted, then restores the mode before it.
+      # @return the block's value
+      def disable(&block)
+        within(@granting, &block)
+      end
+
+      # Runs the block on Redis, then restores the mode before it.
+      # @return the block's value
+      def real(&block)
+        within(nil, &block)
+      end
+
+      # @return [Symbol] :real, :fake or :disabled
+      def mode
+        case LockManager.testing_backend
+        when nil then :real
+        when @fake then :fake
+        when @granting then :disabled
+        else :custom
+        end
+      end
+
+      # Forgets every fake lock (for a `before` hook): their holders find them lost (a renewed one at
+      # once, others when they release); threads that wait for a key go on waiting for it.
+      def reset!
+        @store.reset!
+        nil
+      end
+
+      # A token in the form the extension writes (`<host>/<pid>/<thread>/<since ms>/<random>`, and
+      # `/<limit>` for a semaphore's), so code that reads holders finds the same fields.
+      # @api private
+      def token(limit)
+        thread = Thread.current.respond_to?(:native_thread_id) ? Thread.current.native_thread_id : 0
+        "#{host}/#{Process.pid}/#{thread}/#{(Time.now.to_f * 1000).floor}/#{SecureRandom.hex(8)}" \
+          "#{"/#{limit}" if limit > 1}"
+      end
+
+      # `"key"` as the extension's messages quote it.
+      # @api private
+      def quote(key)
+        text = key.to_s.dup.force_encoding(Encoding::UTF_8).scrub("\uFFFD")
+        "#{text[0, KEY_PREVIEW_CHARS].inspect}#{" (truncated)" if text.length > KEY_PREVIEW_CHARS}"
+      end
+
+      private
+
+      # The host name as the extension puts it in tokens: 64 bytes at most, only [A-Za-z0-9._-].
+      def host
+        @host ||= begin
+          name = Socket.gethostname.b[0, 64].gsub(/[^A-Za-z0-9._-]/n, "_")
+          name.empty? ? "unknown" : name
+        end
+      end
+
+      def within(backend)
+        raise ArgumentError, "a block is required" unless block_given?
+
+        previous = LockManager.testing_backend
+        LockManager.testing_backend = backend
+        begin
+          yield
+        ensure
+          LockManager.testing_backend = previous
+        end
+      end
+    end
+  end
+end
