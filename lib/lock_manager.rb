@@ -8,21 +8,34 @@ require_relative "lock_manager/configuration"
 require_relative "lock_manager/result"
 require_relative "lock_manager/lock"
 require_relative "lock_manager/reports"
+require_relative "lock_manager/events"
+require_relative "lock_manager/instrumentation"
 # The native library defines LockManager::Native and looks up the error classes above.
 require "lock_manager/lock_manager"
+require_relative "lock_manager/lease_events"
+require_relative "lock_manager/claims"
+require_relative "lock_manager/block_calls"
 require_relative "lock_manager/locker"
 
 # Distributed locks on Redis, with a Rust core.
 module LockManager
   # Loaded on first use: only Sidekiq apps need Sidekiq, only Rails apps the helper.
+  autoload :ActiveJob, "lock_manager/active_job"
+  autoload :Admin, "lock_manager/admin"
+  autoload :CLI, "lock_manager/cli"
+  autoload :Job, "lock_manager/worker"
+  autoload :JobLock, "lock_manager/job_lock"
   autoload :JobOptions, "lock_manager/job_options"
   autoload :Lockable, "lock_manager/lockable"
+  autoload :OnRedisError, "lock_manager/on_redis_error"
   autoload :Sidekiq, "lock_manager/sidekiq"
+  autoload :Testing, "lock_manager/testing"
   autoload :Worker, "lock_manager/worker"
 
   @config = Configuration.new
   @locker = nil
   @locker_mutex = Mutex.new
+  @testing_backend = nil
 
   class << self
     # The current settings (redis_url shown without its password).
@@ -49,5 +62,22 @@ module LockManager
     def logger
       config.logger
     end
+
+    # Calls the block with each LockManager::Event named `name` (a String or Regexp; nil: all of
+    # them). ActiveSupport::Notifications subscribers get the same events when it is loaded.
+    # @return [Events::Subscriber] for #unsubscribe
+    def subscribe(name = nil, &block)
+      Events.subscribe(name, &block)
+    end
+
+    def unsubscribe(subscriber)
+      Events.unsubscribe(subscriber)
+    end
+
+    # The in-process backend every Locker uses while LockManager::Testing is on (nil: Redis).
+    # @api private
+    attr_accessor :testing_backend
   end
 end
+
+require_relative "lock_manager/railtie" if defined?(Rails::Railtie)

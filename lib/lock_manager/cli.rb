@@ -1,0 +1,325 @@
+# frozen_string_literal: true
+
+require "optparse"
+require_relative "admin"
+
+module LockManager
+  # The `lock_manager` command (exe/lock_manager): list, show, release and watch locks through
+  # LockManager::Admin. Settings come from the environment the app reads (REDIS_URL,
+  # LOCK_MANAGER_KEY_PREFIX, LOCK_MANAGER_CLUSTER, LOCK_MANAGER_SENTINELS,
+  # LOCK_MANAGER_SENTINEL_MASTER); flags override them. Exit status: 0 done, 1 not found, refused or
+  # Redis failed, 2 usage.
+  class CLI
+    OK = 0
+    FAILED = 1
+    USAGE = 2
+
+    def initialize(argv, stdin: $stdin, stdout: $stdout, stderr: $stderr, env: ENV)
+      @argv = argv
+      @env = env
+      @stdin = stdin
+      @out = stdout
+      @err = stderr
+      @print = Printer.new(stdout)
+    end
+
+    # @return [Integer] the exit status
+    def run
+      @options = Options.new(@env, @out)
+      command, args = @options.parse(@argv)
+      return OK unless command
+
+      public_send("#{command}_command", *args)
+    rescue OptionParser::ParseError, ArgumentError => e
+      usage_error(e.message)
+    rescue LockManager::Error => e
+      failed(e.message)
+    rescue Interrupt, Errno::EPIPE # Ctrl-C ends `watch`; a closed pipe (`| head`) ends the output
+      OK
+    end
+
+    def list_command(pattern = "*")
+      limit = @options.limit
+      locks = admin.locks(pattern, limit: limit + 1)
+      @print.table(locks.first(limit))
+      more = locks.size > limit ? "; more not shown (--limit)" : ""
+      @out.puts "#{Printer.count([locks.size, limit].min, "lock")} matching #{pattern.inspect}#{more}"
+      OK
+    end
+
+    def show_command(key)
+      lock = admin.lock(key) or return not_found(key)
+
+      @print.lock(lock)
+      OK
+    end
+
+    def release_command(key)
+      lock = admin.lock(key) or return not_found(key)
+      refusal = release_refusal(lock)
+      return failed(refusal) if refusal
+      return failed("lock #{Printer.key(key)} was released meanwhile: nothing done") unless admin.release(key)
+
+      told = lock.waiters.empty? ? "" : "; #{Printer.waiters(lock)} told to take it"
+      @out.puts "Released lock #{Printer.key(key)}#{told}"
+      OK
+    end
+
+    def watch_command(pattern = "*")
+      loop do
+        frame(pattern, admin.locks(pattern, limit: @options.limit))
+        sleep @options.interval
+      end
+    end
+
+    private
+
+    def admin
+      @admin ||= Admin.new(Locker.new(**@options.settings, pool_size: 2))
+    end
+
+    # Why `lock` is not to be released, or nil.
+    def release_refusal(lock)
+      if lock.holders.empty?
+        "lock #{Printer.key(lock.key)} is not held (#{Printer.waiters(lock)} queued)"
+      elsif !(@options.yes || confirmed?(lock))
+        "lock #{Printer.key(lock.key)} not released"
+      end
+    end
+
+    def confirmed?(lock)
+      @err.print "Release lock #{Printer.key(lock.key)} held by #{Printer.holders(lock)}? [y/N] "
+      @err.flush
+      answer = @stdin.gets
+      @err.puts if answer.nil?
+      answer.to_s.strip.match?(/\Ay(es)?\z/i)
+    end
+
+    # One refresh of `watch`: the screen cleared on a terminal, a blank line between refreshes else.
+    def frame(pattern, locks)
+      @out.print "\e[H\e[2J" if @out.tty?
+      @out.puts "lock_manager watch #{pattern.inspect}: #{Printer.count(locks.size, "lock")} at " \
+                "#{Time.now.strftime("%H:%M:%S")} (every #{@options.interval}s; Ctrl-C to stop)"
+      @print.table(locks)
+      @out.puts
+      @out.flush
+    end
+
+    def not_found(key)
+      failed("no lock #{Printer.key(key)} (nobody holds it or waits for it)")
+    end
+
+    def failed(message)
+      @err.puts "lock_manager: #{message}"
+      FAILED
+    end
+
+    def usage_error(message)
+      @err.puts "lock_manager: #{message}"
+      @err.puts "Run lock_manager --help for usage."
+      USAGE
+    end
+
+    # The command line and the environment: the Locker's settings, the command's options.
+    class Options
+      # Environment variable of each setting (lists: comma-separated URLs).
+      ENVIRONMENT = {
+        redis_url: "REDIS_URL", key_prefix: "LOCK_MANAGER_KEY_PREFIX", cluster: "LOCK_MANAGER_CLUSTER",
+        sentinels: "LOCK_MANAGER_SENTINELS", sentinel_master: "LOCK_MANAGER_SENTINEL_MASTER"
+      }.freeze
+      LISTS = %i[cluster sentinels].freeze
+      COMMANDS = { "list" => 0..1, "show" => 1..1, "release" => 1..1, "watch" => 0..1 }.freeze
+
+      BANNER = <<~TEXT
+        Usage: lock_manager [options] COMMAND [ARGS]
+
+        Commands:
+          list [PATTERN]     locks whose keys match PATTERN (a Redis glob; default "*"), sorted by key
+          show KEY           one lock: its holders and queued waiters
+          release KEY        force-release KEY: its holders lose it, its waiters take it (asks first)
+          watch [PATTERN]    the list, refreshed every --interval seconds until Ctrl-C
+
+        Keys and patterns are given without the key prefix. Settings come from REDIS_URL,
+        LOCK_MANAGER_KEY_PREFIX, LOCK_MANAGER_CLUSTER and LOCK_MANAGER_SENTINELS (comma-separated
+        URLs), LOCK_MANAGER_SENTINEL_MASTER, as in the app; options override them.
+        Exit status: 0 done, 1 not found, refused or Redis failed, 2 usage.
+
+        Options:
+      TEXT
+
+      attr_reader :settings, :limit, :interval, :yes
+
+      def initialize(env, out)
+        @out = out
+        @settings = ENVIRONMENT.transform_values { |variable| env[variable] }.compact
+        LISTS.each { |name| @settings[name] = split(@settings[name]) if @settings.key?(name) }
+        @limit = Admin::DEFAULT_LIMIT
+        @interval = 1.0
+        @yes = false
+      end
+
+      # @return [Array(String, Array<String>), nil] the command and its arguments; nil after
+      #   --help or --version
+      def parse(argv)
+        parser = option_parser
+        args = parser.parse(argv)
+        return @out.puts("lock_manager #{VERSION}") if @done == :version
+        return @out.puts(parser.help) if @done
+
+        command = args.shift
+        check_command(command, args)
+        [command, args]
+      end
+
+      private
+
+      def check_command(command, args)
+        raise OptionParser::ParseError, "a command is needed: #{COMMANDS.keys.join(", ")}" unless command
+        raise OptionParser::ParseError, "unknown command #{command.inspect}" unless COMMANDS.key?(command)
+        return if COMMANDS[command].cover?(args.size)
+
+        raise OptionParser::ParseError, "#{command}: wrong number of arguments"
+      end
+
+      def option_parser
+        OptionParser.new do |o|
+          o.banner = BANNER
+          settings_options(o)
+          o.on("-l", "--limit N", Integer, "list at most N locks (default #{Admin::DEFAULT_LIMIT})") do |n|
+            @limit = Arguments.positive_integer(n, :limit)
+          end
+          o.on("-i", "--interval SECONDS", Float, "watch: seconds between refreshes (default 1)") do |s|
+            @interval = Arguments.seconds(s, :interval)
+          end
+          o.on("-y", "--yes", "release without asking") { @yes = true }
+          o.on("-h", "--help", "this help") { @done = :help }
+          o.on("-v", "--version", "the gem's version") { @done = :version }
+        end
+      end
+
+      def settings_options(parser)
+        parser.on("-u", "--redis-url URL", "Redis URL (REDIS_URL)") { |v| @settings[:redis_url] = v }
+        parser.on("-p", "--prefix PREFIX", "key prefix (LOCK_MANAGER_KEY_PREFIX; default \"lock:\")") do |v|
+          @settings[:key_prefix] = v
+        end
+        parser.on("--cluster URLS", "Redis Cluster seed nodes (LOCK_MANAGER_CLUSTER)") do |v|
+          @settings[:cluster] = split(v)
+        end
+        parser.on("--sentinels URLS", "sentinels (LOCK_MANAGER_SENTINELS)") { |v| @settings[:sentinels] = split(v) }
+        parser.on("--sentinel-master NAME", "(LOCK_MANAGER_SENTINEL_MASTER)") { |v| @settings[:sentinel_master] = v }
+      end
+
+      def split(urls)
+        urls.to_s.split(",").map(&:strip).reject(&:empty?)
+      end
+    end
+
+    # What the commands print.
+    class Printer
+      HEADER = ["KEY", "HELD BY", "SINCE", "TTL", "WAITERS"].freeze
+      UNITS = [[86_400, "d"], [3600, "h"], [60, "m"], [1, "s"]].freeze
+
+      def initialize(out)
+        @out = out
+      end
+
+      # One line per lock, columns aligned.
+      def table(locks)
+        rows = [HEADER] + locks.map { |lock| row(lock) }
+        widths = rows.transpose.map { |column| column.map(&:length).max }
+        rows.each { |cells| @out.puts cells.zip(widths).map { |cell, width| cell.ljust(width) }.join("  ").rstrip }
+      end
+
+      # Every holder and waiter of one lock.
+      def lock(lock)
+        @out.puts "Lock #{Printer.key(lock.key)} (#{Printer.kind(lock)})"
+        list("Holders:", lock.holders) { |holder, n| holder_lines(holder, n) }
+        list("Waiters, in queue order:", lock.waiters) { |waiter, n| waiter_line(waiter, n) }
+      end
+
+      class << self
+        def holders(lock)
+          return "nobody (#{waiters(lock)})" if lock.holders.empty?
+
+          first = who(lock.holders.first)
+          return first unless lock.limit
+
+          more = lock.holders.size > 1 ? " and #{lock.holders.size - 1} more" : ""
+          "#{lock.holders.size}/#{lock.limit}: #{first}#{more}"
+        end
+
+        def waiters(lock)
+          count(lock.waiters.size, "waiter")
+        end
+
+        def kind(lock)
+          lock.limit ? "semaphore, limit #{lock.limit}, #{count(lock.holders.size, "holder")}" : "plain lock"
+        end
+
+        # A holder or waiter: its job, its thread, or its token when it names neither.
+        def who(holder)
+          return "job #{holder.jid}" if holder.respond_to?(:jid) && holder.jid
+          return "token #{holder.token}" unless holder.host
+
+          "#{holder.host} pid #{holder.pid} thread #{holder.thread}"
+        end
+
+        def time(at)
+          at ? "#{at.utc.strftime("%F %T UTC")} (#{age(at)})" : "unknown"
+        end
+
+        def age(at)
+          at ? "#{duration(Time.now - at)} ago" : "-"
+        end
+
+        def ttl(seconds)
+          seconds ? duration(seconds) : "-"
+        end
+
+        # "4.2s", "3m07s", "2h05m", "1d04h"
+        def duration(seconds)
+          seconds = [seconds, 0].max
+          return format("%.1fs", seconds) if seconds < 60
+
+          whole = seconds.to_i
+          at = UNITS.index { |size, _| whole >= size }
+          (big, big_unit), (small, small_unit) = UNITS[at, 2]
+          "#{whole / big}#{big_unit}#{((whole % big) / small).to_s.rjust(2, "0")}#{small_unit}"
+        end
+
+        def count(number, noun)
+          "#{number} #{noun}#{"s" unless number == 1}"
+        end
+
+        # A key as it is when printable; quoted when binary or holding control characters or spaces.
+        def key(key)
+          printable = key.encoding != Encoding::BINARY && key.valid_encoding? && !key.match?(/[[:cntrl:]\s]/)
+          printable ? key : key.inspect
+        end
+      end
+
+      private
+
+      def row(lock)
+        holder = lock.holders.first
+        [Printer.key(lock.key), Printer.holders(lock), Printer.age(holder&.since), Printer.ttl(holder&.ttl),
+         lock.waiters.size.to_s]
+      end
+
+      def holder_lines(holder, number)
+        @out.puts "  #{number}. #{Printer.who(holder)}, since #{Printer.time(holder.since)}, " \
+                  "ttl #{Printer.ttl(holder.ttl)}"
+        @out.puts "     token #{holder.token}"
+      end
+
+      def list(title, items, &block)
+        @out.puts "#{title}#{" none" if items.empty?}"
+        items.each.with_index(1, &block)
+      end
+
+      def waiter_line(waiter, number)
+        @out.puts "  #{number}. #{Printer.who(waiter)}, queued since #{Printer.time(waiter.since)}"
+      end
+    end
+  end
+end

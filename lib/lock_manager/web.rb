@@ -1,0 +1,163 @@
+# frozen_string_literal: true
+
+require "cgi"
+require "erb"
+require "rack/utils"
+require "sidekiq/web"
+require "lock_manager"
+require "lock_manager/admin"
+
+module LockManager
+  # The "Locks" tab of Sidekiq's Web UI (Sidekiq 6.4 and 7.x): every lock with its holders and
+  # waiters, a search by pattern, a lock's page, and a force-release button behind Sidekiq's own CSRF
+  # protection. `require "lock_manager/web"` registers it; mount Sidekiq::Web as usual. See docs/web.md.
+  module Web
+    ROOT = File.expand_path("web", __dir__)
+    VIEWS = File.join(ROOT, "views")
+    LOCALES = File.join(ROOT, "locales")
+    # The list shows at most this many locks; a narrower pattern finds the others.
+    LIST_LIMIT = 500
+    TEMPLATES = %w[locks lock].to_h { |name| [name, File.read(File.join(VIEWS, "#{name}.erb")).freeze] }.freeze
+
+    class << self
+      # The Admin the tab reads and releases through; by default one over LockManager.locker (the
+      # configured redis_url, topology and key_prefix), built per request so `configure` applies.
+      # Set it to show the locks of another Locker (another key_prefix or Redis).
+      attr_writer :admin
+
+      def admin
+        @admin || Admin.new
+      end
+
+      # The source of a view, rendered by Sidekiq's own `erb` (with its layout) on 6.4 and 7.x alike.
+      def template(name)
+        TEMPLATES.fetch(name.to_s)
+      end
+
+      # Called by Sidekiq::Web.register: the routes, on Sidekiq's own WebApplication.
+      def registered(app)
+        app.helpers Helpers
+        app.get("/locks") do
+          lock_manager_list
+          erb(LockManager::Web.template(:locks))
+        end
+        app.get("/locks/show") do
+          lock_manager_show
+          erb(LockManager::Web.template(:lock))
+        end
+        app.post("/locks/release") { lock_manager_release }
+      end
+
+      # Adds the tab: Sidekiq 7's register takes the tab and the locales; 6.4's only the routes.
+      def register
+        if ::Sidekiq::Web.method(:register).parameters.any? { |_kind, name| name == :tab }
+          ::Sidekiq::Web.register(self, name: "lock_manager", tab: "Locks", index: "locks", root_dir: ROOT)
+        else
+          ::Sidekiq::Web.register(self)
+          ::Sidekiq::Web.tabs["Locks"] = "locks"
+          ::Sidekiq::Web.locales << LOCALES unless ::Sidekiq::Web.locales.include?(LOCALES)
+        end
+      end
+    end
+
+    # View helpers, mixed into Sidekiq's actions (names prefixed: they share Sidekiq's namespace).
+    module Helpers
+      # Loads the list page's locks.
+      def lock_manager_list
+        @pattern = lock_manager_param("pattern") || "*"
+        @pattern = "*" if @pattern.strip.empty?
+        found = lock_manager_reading { LockManager::Web.admin.locks(@pattern, limit: LIST_LIMIT + 1) } || []
+        @truncated = found.size > LIST_LIMIT
+        @locks = found.first(LIST_LIMIT)
+      end
+
+      # Loads a lock's page (`key` in the query string); the list when it names none.
+      def lock_manager_show
+        @lock_key = lock_manager_param("key") || redirect("#{root_path}locks")
+        @lock = lock_manager_reading { LockManager::Web.admin.lock(@lock_key) }
+        @released = lock_manager_param("released")
+      end
+
+      # Force-releases the key, then shows its page (Sidekiq's CsrfProtection let the POST through).
+      def lock_manager_release
+        key = lock_manager_param("key") || redirect("#{root_path}locks")
+        released = LockManager::Web.admin.release(key)
+        redirect("#{lock_manager_path(key)}&released=#{released ? 1 : 0}")
+      end
+
+      # The block's value; nil, with the message for the page, when Redis cannot answer (the locks may
+      # live on another Redis than Sidekiq's).
+      def lock_manager_reading
+        yield
+      rescue LockManager::Error => e
+        @lock_manager_error = e.message
+        nil
+      end
+
+      # A query or form parameter, nil when absent or empty.
+      def lock_manager_param(name)
+        value = request.params[name]
+        value.is_a?(String) && !value.empty? ? value : nil
+      end
+
+      def lock_manager_sidekiq7?
+        ::Sidekiq::VERSION.to_i >= 7
+      end
+
+      # A key (arbitrary bytes) as escaped HTML text: invalid UTF-8 and control bytes shown as \xNN.
+      def lock_manager_key(key)
+        text = key.to_s.dup.force_encoding(Encoding::UTF_8)
+        text = text.scrub { |bytes| bytes.unpack("C*").map { |byte| format("\\x%02X", byte) }.join }
+        ::Rack::Utils.escape_html(text.gsub(/[\x00-\x1F\x7F]/) { |char| format("\\x%02X", char.ord) })
+      end
+
+      # The URL of a lock's page (the key travels as bytes, %-escaped, whatever they are).
+      def lock_manager_path(key)
+        "#{root_path}locks/show?key=#{CGI.escape(key.to_s)}"
+      end
+
+      # Where a lock's release form posts (the key in the query string: a form field would lose bytes
+      # that are not UTF-8).
+      def lock_manager_release_path(key)
+        "#{root_path}locks/release?key=#{CGI.escape(key.to_s)}"
+      end
+
+      # Who holds (or waits): the job's jid, else host, pid and thread, else the token. (Waiters have no jid.)
+      def lock_manager_holder(holder)
+        jid = holder.jid if holder.respond_to?(:jid)
+        return "jid <code>#{lock_manager_text(jid)}</code>" if jid
+
+        parts = { "" => holder.host, "pid " => holder.pid, "thread " => holder.thread }
+                .filter_map { |label, value| "#{label}#{lock_manager_text(value)}" unless value.nil? }
+        parts.empty? ? "token <code>#{lock_manager_text(holder.token)}</code>" : parts.join(" · ")
+      end
+
+      def lock_manager_text(value)
+        lock_manager_key(value.to_s)
+      end
+
+      def lock_manager_since(time)
+        time ? relative_time(time) : "–"
+      end
+
+      # Seconds as "4.2 s", "3 min 05 s", "2 h 07 min"; "–" when unknown.
+      def lock_manager_duration(seconds)
+        return "–" unless seconds
+        return format("%<s>.1f s", s: seconds) if seconds < 60
+
+        seconds = seconds.to_i
+        return format("%<m>d min %<s>02d s", m: seconds / 60, s: seconds % 60) if seconds < 3600
+
+        format("%<h>d h %<m>02d min", h: seconds / 3600, m: (seconds % 3600) / 60)
+      end
+
+      # "2" for a plain lock's holders, "2 / 3" under a limit.
+      def lock_manager_count(lock)
+        count = number_with_delimiter(lock.holders.size)
+        lock.limit ? "#{count} / #{number_with_delimiter(lock.limit)}" : count
+      end
+    end
+  end
+end
+
+LockManager::Web.register
