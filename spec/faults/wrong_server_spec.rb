@@ -23,7 +23,7 @@ RSpec.describe "A Redis that cannot serve locks" do
   it "a replica (READONLY): ReadOnlyError, a ConnectionError; the connection is dropped" do
     primary = start_server
     replica = start_server(args: ["--replicaof", "127.0.0.1", primary.port.to_s])
-    eventually { admin_of(replica).info("replication")["master_link_status"] == "up" }
+    eventually(timeout: 30) { admin_of(replica).info("replication")["master_link_status"] == "up" }
     locker = locker_on(replica, pool_size: 2)
     error = expect_refusal(locker, LockManager::ReadOnlyError, "READONLY")
     expect(error).to be_a(LockManager::ConnectionError)
