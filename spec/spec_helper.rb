@@ -5,6 +5,11 @@ require "timeout"
 require_relative "support/redis_server"
 require_relative "support/key_slots"
 require_relative "support/helpers"
+require_relative "support/sidekiq_process"
+
+# SIDEKIQ=7: the vendored Sidekiq 7.3.9 ahead of Debian's 6.4, before any spec requires sidekiq, and
+# checked (every spec then runs on it; spawned `sidekiq` processes too).
+SidekiqProcess.select_sidekiq if SidekiqProcess.sidekiq7?
 
 # The suite's own redis-server (REDIS_URL points it at another one: then keys are isolated by
 # a random prefix per example and nothing is flushed).

@@ -133,6 +133,7 @@ RSpec.describe "Interrupts" do
   it "leaves no lock and no connection behind under random Thread#raise (2,000 cycles, 8 threads)" do
     hits = Queue.new
     ready = Queue.new
+    shared = locker # an interrupt inside RSpec's `let` memoization would break its mutex, not the gem
     workers = Array.new(8) do |i|
       Thread.new do
         # Interrupts land only inside the :immediate block, so each one costs one cycle, not the thread.
@@ -142,11 +143,11 @@ RSpec.describe "Interrupts" do
             Thread.handle_interrupt(RuntimeError => :immediate) do
               key = "chaos#{(i + n) % 3}"
               if n.even?
-                locker.nonblocking_lock(key, timeout: 5) do
+                shared.nonblocking_lock(key, timeout: 5) do
                   Thread.pass
                 end
               else
-                locker.blocking_lock(key, timeout: 5) do
+                shared.blocking_lock(key, timeout: 5) do
                   Thread.pass
                 end
               end

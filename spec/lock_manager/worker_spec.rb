@@ -54,6 +54,23 @@ RSpec.describe LockManager::Worker do
       expect(job_class { lock_with key: :class }.get_sidekiq_options["lock_manager"]).not_to have_key("key")
     end
 
+    it "stores the uniqueness modes with unique_for, their renewal and limit implied" do
+      klass = job_class { lock_with :until_executed, unique_for: 3600, timeout: 10 }
+      expect(klass.get_sidekiq_options["lock_manager"]).to eq(
+        "mode" => "until_executed", "timeout" => 10, "unique_for" => 3600, "on_conflict" => "skip",
+        "reschedule_in" => 5
+      )
+      expect(LockManager::JobOptions.new(klass.get_sidekiq_options["lock_manager"]).renew).to be(true)
+      expect(job_class { lock_with :until_executing, unique_for: 60 }.get_sidekiq_options["lock_manager"])
+        .to eq("mode" => "until_executing", "timeout" => 30, "unique_for" => 60)
+    end
+
+    it "is reachable as LockManager::Job too" do
+      klass = Class.new { include LockManager::Job }
+      expect(klass).to respond_to(:lock_with)
+      expect(LockManager::Job).to equal(LockManager::Worker)
+    end
+
     it "is inherited by subclasses, Proc key included" do
       parent = job_class { lock_with key: ->(id) { "p:#{id}" } }
       child = Class.new(parent)
@@ -77,7 +94,13 @@ RSpec.describe LockManager::Worker do
       [:nonblocking, { ttl: 5 }] => /ttl/,
       [:nonblocking, { renew: "yes" }] => /renew/,
       [:nonblocking, { max_hold: 60 }] => /max_hold needs renew/,
-      [:blocking, { renew: true, max_hold: 0 }] => /max_hold/
+      [:blocking, { renew: true, max_hold: 0 }] => /max_hold/,
+      [:until_executed, {}] => /needs unique_for/,
+      [:until_executing, { unique_for: 0 }] => /unique_for/,
+      [:until_executed, { unique_for: 60, limit: 2 }] => /limit is not for it/,
+      [:until_executed, { unique_for: 60, renew: false }] => /always renews/,
+      [:until_executing, { unique_for: 60, on_conflict: :skip }] => /on_conflict is not for :until_executing/,
+      [:nonblocking, { unique_for: 60 }] => /unique_for is for/
     }.each do |(mode, options), message|
       it "raises ArgumentError at class load for #{mode.inspect} #{options.inspect}, naming the option" do
         expect { job_class { lock_with mode, **options } }.to raise_error(ArgumentError, message)

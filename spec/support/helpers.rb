@@ -3,6 +3,9 @@
 # Shared helpers: every example gets its own key prefix, so examples never see each other's locks.
 module SpecHelpers
   include KeySlots
+  # A lock's token: host/pid/thread/since (ms)/random, and /N for a limit: N semaphore (see token.rs).
+  TOKEN = %r{\A[A-Za-z0-9._-]+/\d+/\d+/\d+/\h{16}(/\d+)?\z}
+
   def prefix
     @prefix ||= "spec:#{SecureRandom.hex(4)}:"
   end

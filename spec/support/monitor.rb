@@ -17,7 +17,12 @@ class CommandRecorder
   end
 
   # @return [Array<Command>] every command the server ran while the block ran, in order
-  def record
+  def record(&block)
+    lines_while(&block).filter_map { |line| parse(line) }
+  end
+
+  # @return [Array<String>] MONITOR's lines while the block ran, as Redis wrote them
+  def lines_while
     ready = Queue.new
     thread = Thread.new do
       @redis.monitor do |line|
@@ -32,16 +37,10 @@ class CommandRecorder
     sleep 0.2 # the last commands reach MONITOR
     @redis.close
     thread.join(5)
-    commands
+    Array.new(@lines.size) { @lines.pop }
   end
 
   private
-
-  def commands
-    lines = []
-    lines << @lines.pop until @lines.empty?
-    lines.filter_map { |line| parse(line) }
-  end
 
   # `1700000000.123456 [0 127.0.0.1:5555] "EVALSHA" "sha" "2" "k1" "k2" "arg"`; `[0 lua]` inside scripts.
   def parse(line)

@@ -15,9 +15,8 @@ RSpec.describe "Locks on a Redis Cluster", :topology do
 
   let(:cluster) { RedisCluster.shared }
 
-  # A holder's token: a UUID v4.
   def token_pattern
-    /\A\h{8}-\h{4}-4\h{3}-[89ab]\h{3}-\h{12}\z/
+    SpecHelpers::TOKEN
   end
 
   after { stop_all }

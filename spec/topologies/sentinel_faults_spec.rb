@@ -110,7 +110,7 @@ RSpec.describe "Sentinel failovers", :topology do
       expect(runs.size).to eq(3)
       expect(runs.first[1]).to be_between(killed_at, named_at + 1.0)
       runs.each_cons(2) { |first, second| expect(second[1]).to be >= first[2] } # one at a time
-      expect(runs.map(&:last)).to all(match(/\A\h{8}-/)) # each waiter's token, on the new primary
+      expect(runs.map(&:last)).to all(match(SpecHelpers::TOKEN)) # each waiter's token, on the new primary
       tokens = runs.map { |run| run[3] }
       expect(tokens).to eq(tokens.sort)
       expect(tokens.first).to be > holder.fencing_token

@@ -1,0 +1,185 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "open3"
+require "rbconfig"
+require "socket"
+require "lock_manager/admin"
+require_relative "../support/topologies"
+
+# exe/lock_manager run as a subprocess, as an operator runs it, against the suite's Redis (and the
+# shared Cluster and Sentinel set-ups), its settings from the environment and from flags.
+RSpec.describe "exe/lock_manager" do
+  let(:host) { Socket.gethostname.b.gsub(/[^A-Za-z0-9._-]/n, "_")[0, 64] }
+  let(:environment) { { "REDIS_URL" => redis_url, "LOCK_MANAGER_KEY_PREFIX" => prefix } }
+
+  def command
+    [RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__), File.expand_path("../../exe/lock_manager", __dir__)]
+  end
+
+  # @return [Array(String, String, Integer)] stdout, stderr, exit status
+  def run_cli(*args, stdin: "", env: environment)
+    out, err, status = Open3.capture3(env, *command, *args, stdin_data: stdin)
+    [out, err, status.exitstatus]
+  end
+
+  def held(key, **options)
+    elsewhere.try_lock(key, timeout: 30, **options)
+  end
+
+  it "prints its usage with --help, and exits 2 on a usage error" do
+    out, _, status = run_cli("--help")
+    expect(status).to eq(0)
+    expect(out).to include("list [PATTERN]", "show KEY", "release KEY", "watch [PATTERN]", "--yes", "REDIS_URL",
+                           "LOCK_MANAGER_CLUSTER")
+
+    [[], %w[frobnicate], %w[show], %w[show a b], %w[--limit x list], %w[--nope list]].each do |args|
+      out, err, status = run_cli(*args)
+      expect([out, status]).to eq(["", 2]), args.inspect
+      expect(err).to include("lock_manager --help"), args.inspect
+    end
+  end
+
+  it "lists the locks of a pattern with their holder, since, TTL and waiters" do
+    held("report:1")
+    held("report:2")
+    held("other")
+    elsewhere.claim(["job:9"], ["b9c1a1f0e2d34c5e6f7a8b9c"], [600])
+
+    out, err, status = run_cli("list", "report:*")
+
+    expect([err, status]).to eq(["", 0])
+    lines = out.lines.map(&:chomp)
+    expect(lines.first.split(/\s{2,}/)).to eq(["KEY", "HELD BY", "SINCE", "TTL", "WAITERS"])
+    holder = "#{Regexp.escape(host)} pid #{Process.pid} thread \\d+"
+    expect(lines[1]).to match(/\Areport:1\s+#{holder}\s+[\d.]+s ago\s+29\.\ds\s+0\z/)
+    expect(lines[2]).to start_with("report:2 ")
+    expect(lines.last).to eq(%(2 locks matching "report:*"))
+
+    out, = run_cli("list")
+    expect(out).to include("job b9c1a1f0e2d34c5e6f7a8b9c", "other ", "4 locks matching \"*\"")
+
+    out, = run_cli("--limit", "1", "list")
+    expect(out.lines.size).to eq(3)
+    expect(out).to include("1 lock matching \"*\"; more not shown (--limit)")
+  end
+
+  it "shows a lock's holders and queued waiters; a missing lock exits 1" do
+    lock = held("shown")
+    waiter = Thread.new { new_locker.blocking_lock("shown", timeout: 20) {} }
+    admin = LockManager::Admin.new(new_locker)
+    eventually { admin.lock("shown").waiters.size == 1 }
+
+    out, err, status = run_cli("show", "shown")
+
+    expect([err, status]).to eq(["", 0])
+    expect(out).to include("Lock shown (plain lock)", "1. #{host} pid #{Process.pid} thread ",
+                           "token #{lock.token}", "Waiters, in queue order:\n  1. #{host} pid #{Process.pid}")
+    missing = "lock_manager: no lock missing (nobody holds it or waits for it)\n"
+    expect(run_cli("show", "missing")).to eq(["", missing, 1])
+  ensure
+    lock&.release
+    waiter&.join
+  end
+
+  it "releases a lock only when told yes, or with --yes, and says so" do
+    lock = held("stuck")
+
+    out, err, status = run_cli("release", "stuck", stdin: "n\n")
+    expect([out, status]).to eq(["", 1])
+    holder = "#{host} pid #{Process.pid} thread #{Thread.current.native_thread_id}"
+    expect(err).to eq("Release lock stuck held by #{holder}? " \
+                      "[y/N] lock_manager: lock stuck not released\n")
+    expect(lock.owned?).to be(true)
+
+    _, err, status = run_cli("release", "stuck", stdin: "") # no answer (stdin at its end) is no
+    expect(status).to eq(1)
+    expect(err).to end_with("not released\n")
+    expect(lock.owned?).to be(true)
+
+    out, err, status = run_cli("release", "stuck", stdin: "y\n")
+    expect([out, status]).to eq(["Released lock stuck\n", 0])
+    expect(err).to start_with("Release lock stuck held by ")
+    expect(lock.owned?).to be(false)
+
+    other = held("again")
+    out, err, status = run_cli("release", "--yes", "again")
+    expect([out, err, status]).to eq(["Released lock again\n", "", 0])
+    expect(other.owned?).to be(false)
+
+    missing = "lock_manager: no lock again (nobody holds it or waits for it)\n"
+    expect(run_cli("release", "-y", "again")).to eq(["", missing, 1])
+  end
+
+  it "watches a pattern, a table per --interval, until Ctrl-C (exit 0)" do
+    held("watched")
+    Open3.popen3(environment, *command, "watch", "watch*", "--interval", "0.2") do |_in, out, err, wait|
+      frames = []
+      until frames.size >= 2
+        line = out.gets or raise "watch ended: #{err.read}"
+        frames << line if line.start_with?("lock_manager watch")
+        expect(line).to match(/\A(watched |lock_manager watch|KEY|\n)/)
+      end
+      Process.kill(:INT, wait.pid)
+      expect(wait.join(5)&.value&.exitstatus).to eq(0)
+      expect(frames).to all(include(%(lock_manager watch "watch*": 1 lock at )))
+      expect(err.read).to eq("")
+    end
+  end
+
+  it "says why in one line, and exits 1, when Redis is down or a setting is wrong" do
+    out, err, status = run_cli("list", env: environment.merge("REDIS_URL" => closed_url))
+    expect([out, status]).to eq(["", 1])
+    expect(err).to match(/\Alock_manager: locks matching "\*": cannot talk to Redis at 127\.0\.0\.1:\d+: .+\n\z/)
+
+    out, err, status = run_cli("show", "x", env: environment.merge("REDIS_URL" => closed_url))
+    expect([out, status]).to eq(["", 1])
+    expect(err.lines.size).to eq(1)
+    expect(err).to start_with(%(lock_manager: lock "x": cannot talk to Redis))
+
+    _, err, status = run_cli("--prefix", "", "list")
+    expect(status).to eq(2)
+    expect(err).to start_with("lock_manager: key_prefix must not be empty")
+  end
+
+  it "takes its settings from flags over the environment" do
+    held("flagged")
+    LockManager::Locker.new(redis_url: redis_url, key_prefix: "#{prefix.chop}-b:").try_lock("elsewhere", timeout: 30)
+
+    out, = run_cli("list", env: { "REDIS_URL" => closed_url, "LOCK_MANAGER_KEY_PREFIX" => "#{prefix.chop}-b:" })
+    expect(out).to eq("")
+    out, = run_cli("--redis-url", redis_url, "list", env: { "REDIS_URL" => closed_url,
+                                                            "LOCK_MANAGER_KEY_PREFIX" => "#{prefix.chop}-b:" })
+    expect(out).to include("elsewhere ")
+    out, = run_cli("--prefix", prefix, "list", env: environment.merge("LOCK_MANAGER_KEY_PREFIX" => "nothing:"))
+    expect(out).to include("flagged ")
+  end
+
+  it "lists a Redis Cluster's locks from LOCK_MANAGER_CLUSTER", :topology, timeout: 60 do
+    cluster = RedisCluster.shared
+    locker = LockManager::Locker.new(cluster: cluster.seed_urls, key_prefix: prefix)
+    keys = cluster.keys_on_each_master(1, prefix: prefix).values.flatten
+    keys.each { |key| locker.try_lock(key, timeout: 30) }
+
+    env = { "LOCK_MANAGER_CLUSTER" => cluster.seed_urls.join(","), "LOCK_MANAGER_KEY_PREFIX" => prefix }
+    out, err, status = run_cli("list", env: env)
+
+    expect([err, status]).to eq(["", 0])
+    expect(out.lines.drop(1).first(3).map { |line| line.split.first }).to eq(keys.sort)
+    expect(run_cli("release", "--yes", keys.first, env: env)).to eq(["Released lock #{keys.first}\n", "", 0])
+  end
+
+  it "lists the locks of a Sentinel's primary from LOCK_MANAGER_SENTINELS and _SENTINEL_MASTER", :topology,
+     timeout: 60 do
+    set = RedisSentinelSet.shared
+    LockManager::Locker.new(sentinels: set.sentinel_urls, sentinel_master: set.name, redis_url: set.master_url,
+                            key_prefix: prefix).try_lock("primary", timeout: 30)
+
+    env = { "LOCK_MANAGER_SENTINELS" => set.sentinel_urls.join(","), "LOCK_MANAGER_SENTINEL_MASTER" => set.name,
+            "REDIS_URL" => set.master_url, "LOCK_MANAGER_KEY_PREFIX" => prefix }
+    out, err, status = run_cli("list", env: env)
+
+    expect([err, status]).to eq(["", 0])
+    expect(out).to include("primary ", "1 lock matching")
+  end
+end

@@ -1,0 +1,126 @@
+# frozen_string_literal: true
+
+require "fileutils"
+require "json"
+require "net/http"
+require "open3"
+require "rbconfig"
+require "tmpdir"
+
+# The Rails 6.1 app of spec/support/rails_app, served by a real Puma on a free loopback port, with its own
+# SQLite database and Rails log in a tmp dir. Rails is never loaded into the suite's own process.
+class RailsAppServer
+  APP = File.expand_path("rails_app", __dir__)
+
+  attr_reader :port, :dir
+
+  # @param workers [Integer] Puma workers (forked from a --preload master); 0: single mode
+  def initialize(redis_url:, prefix:, on_redis_error: :raise, workers: 0, threads: 16)
+    @env = { "REDIS_URL" => redis_url, "LOCK_PREFIX" => prefix, "ON_REDIS_ERROR" => on_redis_error.to_s,
+             "RAILS_MAX_THREADS" => threads.to_s }
+    @env["LOCK_AT_BOOT"] = "1" if workers.positive?
+    @workers = workers
+    @threads = threads
+    @port = RedisServer.free_port
+    @dir = Dir.mktmpdir("lock_manager-rails")
+  end
+
+  # The environment the app reads (RAILS_ENV, database, log), with `extra` on top.
+  def self.env(dir, extra = {})
+    { "RAILS_ENV" => "production", "DATABASE_PATH" => File.join(dir, "app.sqlite3"),
+      "RAILS_LOG_PATH" => File.join(dir, "rails.log") }.merge(extra)
+  end
+
+  # Boots the app in a plain `ruby` (no Puma) and runs `code` after it; for what happens at boot.
+  # @return [Array(String, String, Process::Status)] stdout, stderr, status
+  def self.boot(env:, code: "")
+    Dir.mktmpdir("lock_manager-rails") do |dir|
+      Open3.capture3(env(dir, env), RbConfig.ruby, "-e", "require './config/environment'\n#{code}", chdir: APP)
+    end
+  end
+
+  def start(timeout: 60)
+    command = [RbConfig.ruby, Gem.bin_path("puma", "puma"), "--bind", "tcp://127.0.0.1:#{port}",
+               "--threads", "0:#{@threads}", "--workers", @workers.to_s, *("--preload" if @workers.positive?),
+               "--environment", "production", "config.ru"]
+    @pid = Process.spawn(self.class.env(@dir, @env), *command, chdir: APP, out: puma_log_path, err: %i[child out])
+    wait_until_up(timeout)
+    self
+  end
+
+  # TERM, as a deploy does: Puma finishes its requests and stops its workers.
+  def stop(timeout: 15)
+    return unless @pid
+
+    Process.kill(:TERM, @pid)
+    deadline = monotonic + timeout
+    until Process.wait(@pid, Process::WNOHANG)
+      if monotonic > deadline
+        Process.kill(:KILL, @pid)
+        Process.wait(@pid)
+        raise "puma did not stop within #{timeout}s:\n#{puma_log}"
+      end
+      sleep 0.05
+    end
+    @pid = nil
+  end
+
+  def shutdown
+    stop
+  ensure
+    FileUtils.rm_rf(@dir)
+  end
+
+  def rails_log
+    File.exist?(File.join(@dir, "rails.log")) ? File.read(File.join(@dir, "rails.log")) : ""
+  end
+
+  def puma_log
+    File.exist?(puma_log_path) ? File.read(puma_log_path) : ""
+  end
+
+  # @return [Array(Integer, Hash)] the status and the JSON body ({} when there is none)
+  def post(path, params = {})
+    request(Net::HTTP::Post.new(path).tap { |r| r.set_form_data(params) })
+  end
+
+  def get(path)
+    request(Net::HTTP::Get.new(path))
+  end
+
+  private
+
+  def request(req)
+    response = Net::HTTP.start("127.0.0.1", port, open_timeout: 5, read_timeout: 30) { |http| http.request(req) }
+    body = response.content_type == "application/json" ? JSON.parse(response.body) : {}
+    [response.code.to_i, body]
+  end
+
+  def puma_log_path
+    File.join(@dir, "puma.log")
+  end
+
+  def wait_until_up(timeout)
+    deadline = monotonic + timeout
+    loop do
+      if Process.wait(@pid, Process::WNOHANG)
+        @pid = nil
+        raise "puma exited early:\n#{puma_log}\n#{rails_log}"
+      end
+      return if up?
+      raise "puma did not serve within #{timeout}s:\n#{puma_log}" if monotonic > deadline
+
+      sleep 0.1
+    end
+  end
+
+  def up?
+    Net::HTTP.start("127.0.0.1", port, open_timeout: 1, read_timeout: 5) { |http| http.get("/up") }.code == "200"
+  rescue SystemCallError, Net::OpenTimeout, Net::ReadTimeout, EOFError
+    false
+  end
+
+  def monotonic
+    Process.clock_gettime(Process::CLOCK_MONOTONIC)
+  end
+end

@@ -1,0 +1,28 @@
+# frozen_string_literal: true
+
+# Sidekiq's Web UI with the Locks tab, served by Puma in a process of its own for spec/web, as an app
+# mounts it (`mount Sidekiq::Web => "/sidekiq"` behind a cookie session): run as
+# `ruby -Ilib spec/support/web_app.rb PORT REDIS_URL KEY_PREFIX`. SIDEKIQ=7 serves the vendored 7.3.9.
+require_relative "sidekiq_process"
+SidekiqProcess.select_sidekiq
+
+require "securerandom"
+require "rack"
+require "rack/session/cookie"
+require "rack/handler/puma"
+
+port, redis_url, key_prefix = ARGV
+Sidekiq.configure_client { |config| config.redis = { url: redis_url } }
+require "lock_manager/web"
+LockManager.configure do |config|
+  config.redis_url = redis_url
+  config.key_prefix = key_prefix
+end
+
+app = Rack::Builder.new do
+  use Rack::Session::Cookie, secret: SecureRandom.hex(64), same_site: :lax, key: "lock_manager.web.session"
+  map("/sidekiq") { run Sidekiq::Web }
+end
+$stdout.puts "serving Sidekiq #{Sidekiq::VERSION} on #{port}"
+$stdout.flush
+Rack::Handler::Puma.run(app, Host: "127.0.0.1", Port: Integer(port), Threads: "1:4", Silent: true)

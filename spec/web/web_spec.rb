@@ -1,0 +1,177 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "base64"
+require "json"
+require "rbconfig"
+require "lock_manager/admin"
+require_relative "../support/browser"
+require_relative "../support/web_server"
+
+# The Locks tab of Sidekiq's Web UI, in a real headless Chromium against Sidekiq::Web served by Puma
+# in a process of its own, over a redis-server of this file's own where another process holds real
+# locks: a plain lock with a fair waiter queued, a semaphore, a job's claim, a key of odd bytes.
+# Runs on Debian's Sidekiq 6.4.1, and on the vendored 7.3.9 with SIDEKIQ=7. The examples run in
+# order: the last one releases a lock. Screenshots go to tmp/web/<sidekiq version>-<page>.png.
+RSpec.describe "The Sidekiq Web Locks tab", order: :defined do
+  odd_key = "odd:<b>bold</b> \"quoted\" & \xFF\n".b
+  keys = ["odd:<b>bold</b> \"quoted\" & \\xFF\\x0A", "partner-api", "report:daily", "report:weekly", "sync:user:7"]
+
+  before(:all) do
+    missing = Browser.missing
+    skip "spec/web skipped: #{missing}" if missing
+
+    SidekiqProcess.select_sidekiq
+    @version = Sidekiq::VERSION
+    @key_prefix = "web:#{SecureRandom.hex(3)}:"
+    @server = RedisServer.new.start
+    @holders = IO.popen([RbConfig.ruby, "-I#{File.join(root_dir, "lib")}",
+                         File.join(root_dir, "spec/support/web_holders.rb"), @server.url, @key_prefix], "r+")
+    @web = WebServer.new(redis_url: @server.url, key_prefix: @key_prefix).start
+    @ready = JSON.parse(@holders.gets || raise("the holders' process died")).fetch("ready")
+    @browser = Browser.new.start
+    eventually { admin.lock("report:daily")&.waiters&.size == 1 } # the fair waiter is queued
+  end
+
+  after(:all) do
+    @browser&.quit
+    @web&.stop
+    @holders&.close
+    @server&.shutdown
+  end
+
+  def admin
+    @admin ||= LockManager::Admin.new(LockManager::Locker.new(redis_url: @server.url, key_prefix: @key_prefix))
+  end
+
+  def screenshot(page)
+    @browser.screenshot(File.join(root_dir, "tmp", "web", "#{@version}-#{page}.png"))
+  end
+
+  def root_dir
+    File.expand_path("../..", __dir__)
+  end
+
+  def rows
+    @browser.all("#lock-manager-locks tbody tr").map { |row| row.find_elements(css: "td").map(&:text) }
+  end
+
+  # Every lock key of this file's prefix (the locks' internal keys too) and its DUMP: what a release
+  # must leave untouched.
+  def dumps(except:)
+    @server.client.then do |redis|
+      redis.keys("*#{@key_prefix}*").reject { |key| key.include?(except) }.sort.to_h { |key| [key, redis.dump(key)] }
+    ensure
+      redis.close
+    end
+  end
+
+  it "lists every lock in Sidekiq's layout, with its holder, since, TTL, holders and waiters" do
+    @browser.visit(@web.url("/locks"))
+    screenshot("list")
+
+    expect(@browser.find("li.active a").text).to eq("Locks")
+    expect(@browser.text).to include("Sidekiq v#{@version}").or include(@version)
+    table = rows.to_h { |cells| [cells[0], cells[1..]] }
+    expect(table.keys).to eq(keys)
+    expect(table.fetch("report:daily")).to match([/pid #{@ready.fetch("pid")} · thread /, be_a(String),
+                                                  /\A\d+(\.\d)? s\z|min/, "1", "1"])
+    expect(table.fetch("partner-api")).to match([/\+1 more/, be_a(String), /s|min/, "2 / 3", "0"])
+    expect(table.fetch("sync:user:7")[0]).to eq("jid #{@ready.fetch("jid")}")
+    # The odd key is text: its markup is not markup, its bytes are shown, its link carries them.
+    expect(@browser.all("#lock-manager-locks b")).to be_empty
+    href = @browser.all("a.lock-manager-key").first.attribute("href")
+    expect(href).to end_with("locks/show?key=odd%3A%3Cb%3Ebold%3C%2Fb%3E+%22quoted%22+%26+%FF%0A")
+  end
+
+  it "searches by pattern" do
+    @browser.visit(@web.url("/locks"))
+    @browser.find("#lock-manager-pattern").clear
+    @browser.find("#lock-manager-pattern").send_keys("report:*")
+    @browser.find("#lock-manager-search input[type=submit]").click
+    eventually { @browser.driver.current_url.include?("pattern=report") }
+    screenshot("search")
+
+    expect(rows.map(&:first)).to eq(%w[report:daily report:weekly])
+    expect(@browser.find("#lock-manager-pattern").attribute("value")).to eq("report:*")
+
+    @browser.visit(@web.url("/locks?pattern=nothing:*"))
+    expect(@browser.find("#lock-manager-none").text).to eq("No lock matches nothing:*.")
+  end
+
+  it "opens a lock: its holder, its queued waiter, a semaphore's holders, a job's jid, an odd key" do
+    @browser.visit(@web.url("/locks?pattern=report:*"))
+    @browser.all("a.lock-manager-key").find { |link| link.text == "report:daily" }.click
+    eventually { @browser.all("#lock-manager-holders").any? }
+    screenshot("lock")
+
+    expect(@browser.find("#lock-manager-key").text).to eq("report:daily")
+    holders = @browser.all("#lock-manager-holders tbody tr")
+    expect(holders.size).to eq(1)
+    expect(holders.first.text).to include("pid #{@ready.fetch("pid")}", @ready.fetch("report"))
+    waiters = @browser.all("#lock-manager-waiters tbody tr")
+    expect(waiters.size).to eq(1)
+    expect(waiters.first.text).to start_with("1 ").and include("pid #{@ready.fetch("pid")}")
+
+    @browser.visit(@web.url("/locks/show?key=partner-api"))
+    screenshot("semaphore")
+    expect(@browser.find("#lock-manager-summary").text).to include("Semaphore (limit: 3)", "2 / 3")
+    expect(@browser.all("#lock-manager-holders tbody tr").size).to eq(2)
+
+    @browser.visit(@web.url("/locks/show?key=sync%3Auser%3A7"))
+    expect(@browser.find("#lock-manager-holders").text).to include("jid #{@ready.fetch("jid")}")
+
+    @browser.visit(@web.url("/locks"))
+    @browser.all("a.lock-manager-key").first.click
+    eventually { @browser.all("#lock-manager-key").any? }
+    expect(@browser.find("#lock-manager-key").text).to eq(keys.first)
+    expect(@browser.find("#lock-manager-holders").text).to include(@ready.fetch("odd"))
+  end
+
+  it "refuses a release posted without Sidekiq's CSRF token" do
+    before = admin.lock("report:daily").holders.map(&:token)
+    @browser.visit(@web.url("/locks")) # a session of the browser's own, with its CSRF secret
+    expect(@web.post("/locks/release?key=report%3Adaily", {}).code).to eq("403")
+    # With the browser's own session cookie, and a token that is not the session's.
+    cookie = "lock_manager.web.session=#{@browser.cookie("lock_manager.web.session")}"
+    expect(@browser.cookie("lock_manager.web.session")).not_to be_nil
+    expect(@web.post("/locks/release?key=report%3Adaily", {}, cookie: cookie).code).to eq("403")
+    forged = { "authenticity_token" => Base64.strict_encode64(SecureRandom.bytes(64)) }
+    expect(@web.post("/locks/release?key=report%3Adaily", forged, cookie: cookie).code).to eq("403")
+    expect(admin.lock("report:daily").holders.map(&:token)).to eq(before)
+  end
+
+  it "force-releases a lock through its form: exactly that lock goes, and its waiter takes it" do
+    lock = admin.lock("report:daily")
+    expect(lock.holders.map(&:token)).to eq([@ready.fetch("report")])
+    waiter_token = lock.waiters.first.token
+    others = admin.locks("*").reject { |info| info.key == "report:daily" }
+                  .to_h { |info| [info.key, info.holders.map(&:token)] }
+    untouched = dumps(except: "report:daily")
+
+    @browser.visit(@web.url("/locks/show?key=report%3Adaily"))
+    @browser.find("#lock-manager-release input[type=submit]").click
+    @browser.accept_confirm
+    eventually { @browser.all("#lock-manager-released").any? || @browser.text == "Forbidden" }
+    expect(@browser.text).not_to eq("Forbidden") # Sidekiq's CsrfProtection took the form's token
+    expect(@browser.find("#lock-manager-released").text).to start_with("Released")
+
+    acquired = JSON.parse(@holders.gets || raise("the holders' process died"))
+    expect(acquired).to include("acquired" => "report:daily", "report_owned" => false)
+    # A handed-over lock lives a short lease until its new holder extends it to its own timeout (60 s).
+    eventually(timeout: 10) { admin.lock("report:daily").holders.first.ttl > 10 }
+    @browser.driver.navigate.refresh # the page again (a GET: the POST redirected), once the waiter took it
+    screenshot("released")
+    expect(@browser.all("#lock-manager-holders tbody tr").map(&:text).join).to include(waiter_token)
+    expect(@browser.all("#lock-manager-waiters")).to be_empty
+
+    after = admin.lock("report:daily")
+    expect(after.holders.map(&:token)).to eq([waiter_token])
+    expect(acquired.fetch("fencing_token")).to be > @ready.fetch("report_fencing_token") # the counter lives on
+    expect(after.waiters).to be_empty
+    expect(admin.locks("*").reject { |info| info.key == "report:daily" }
+                .to_h { |info| [info.key, info.holders.map(&:token)] }).to eq(others)
+    expect(dumps(except: "report:daily")).to eq(untouched)
+    expect(admin.lock(odd_key).holders.map(&:token)).to eq([@ready.fetch("odd")])
+  end
+end
