@@ -13,10 +13,13 @@ Gem::Specification.new do |spec|
   spec.required_ruby_version = ">= 3.0"
 
   spec.files = Dir[
-    "lib/**/*.rb", "sig/**/*.rbs", "ext/lock_manager/extconf.rb", "ext/lock_manager/Cargo.toml",
-    "ext/lock_manager/src/**/*.rs", "ext/lock_manager/src/**/*.lua", "Cargo.toml", "Cargo.lock", "README.md", "LICENSE"
+    "lib/**/*.rb", "sig/**/*.rbs", "exe/*", "ext/lock_manager/extconf.rb", "ext/lock_manager/Cargo.toml",
+    "ext/lock_manager/src/**/*.rs", "ext/lock_manager/src/**/*.lua", "lib/lock_manager/web/**/*.{erb,yml}",
+    "ext/patched/**/{*.rs,*.md,Cargo.toml,LICENSE-*}", "Cargo.toml", "Cargo.lock", "README.md", "LICENSE"
   ]
   spec.require_paths = ["lib"]
+  spec.bindir = "exe"
+  spec.executables = ["lock_manager"]
   spec.extensions = ["ext/lock_manager/extconf.rb"]
   spec.metadata["rubygems_mfa_required"] = "true"
   # rb_sys is used when installed (see extconf.rb) but not required: the fallback runs cargo.
