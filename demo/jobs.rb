@@ -2,11 +2,13 @@
 
 # The seed's Sidekiq jobs, written with lock_with. Loaded by `sidekiq -r` (see bin/demo and
 # spec/sidekiq); each job records what it did in Redis, so whoever enqueued it can check.
+# Runs on Sidekiq 6.4 and 7: Sidekiq.redis yields redis-rb on 6, redis-client on 7 (Timeline takes both).
 
 require_relative "../lib/lock_manager/worker"
 require_relative "timeline"
 
-Redis.silence_deprecations = true # redis 4.8 warns about calls Sidekiq 6.4 makes
+# redis-rb 4.8 warns about calls Sidekiq 6.4 makes; Sidekiq 7 talks through redis-client and loads no redis-rb.
+Redis.silence_deprecations = true if defined?(Redis) && Redis.respond_to?(:silence_deprecations=)
 
 LockManager.configure do |c|
   c.redis_url = ENV.fetch("REDIS_URL")
@@ -71,5 +73,17 @@ class UserWorker
 
   def perform(user_id, seconds = 1.5)
     work(seconds, "user #{user_id} processed", [user_id, seconds])
+  end
+end
+
+# Unique from push to finish: while one report for an account is pending or running, pushing
+# another is refused (perform_async returns nil and logs who holds the lock).
+class ReportJob
+  include LockManager::Worker
+  include RecordedWork
+  lock_with :until_executed, key: ->(account_id, *) { "report:#{account_id}" }, unique_for: 60
+
+  def perform(account_id, seconds = 1.0)
+    work(seconds, "report #{account_id} sent", [account_id, seconds])
   end
 end

@@ -4,17 +4,24 @@
 # seed's stories against it, reading back what the jobs recorded in Redis:
 #   1. five MyWorker (nonblocking) jobs while the first works: exactly one "MyWorker result";
 #   2. three MyBlockingWorker jobs: three results, one after another;
-#   3. UserWorker for users 1, 2, 1: users 1 and 2 in parallel, the second job for user 1 skipped.
+#   3. UserWorker for users 1, 2, 1: users 1 and 2 in parallel, the second job for user 1 skipped;
+#   4. ReportJob (lock_with :until_executed) pushed 5 times: 1 accepted and run, 4 refused at push;
+#      pushed again once it finished: accepted and run.
 # Prints a timeline and one verdict per story; exits 0 only if every story behaved.
+# Debian's Sidekiq 6.4, or with SIDEKIQ=7 the vendored 7.3.9 (SidekiqProcess.select_sidekiq), here and in
+# the sidekiq process it boots.
 
+require_relative "../spec/support/sidekiq_process"
+SidekiqProcess.select_sidekiq # first: SIDEKIQ=7 puts the vendored libraries ahead of Debian's gems
+
+require "redis"
 require "securerandom"
 require "sidekiq/api"
 require_relative "../lib/lock_manager/worker"
 require_relative "../spec/support/redis_server"
-require_relative "../spec/support/sidekiq_process"
 require_relative "timeline"
 
-Redis.silence_deprecations = true
+Redis.silence_deprecations = true # redis-rb 4.8 warns about calls Sidekiq 6.4's client makes
 $stdout.sync = true
 
 def start_redis
@@ -29,7 +36,10 @@ url = start_redis
 run_id = SecureRandom.hex(4)
 TIMELINE = "lock_manager_demo:#{run_id}:timeline".freeze
 env = { "REDIS_URL" => url, "LOCK_PREFIX" => "lock_manager_demo:#{run_id}:", "TIMELINE_KEY" => TIMELINE }
+ENV.update(env)
+require_relative "jobs" # this process pushes ReportJob: its lock is taken at push
 Sidekiq.configure_client { |config| config.redis = { url: url } }
+Sidekiq.logger.level = Logger::WARN # this process only pushes: no INFO of its own (7 logs its Redis pool)
 REDIS = Redis.new(url: url)
 
 print "Booting Sidekiq #{Sidekiq::VERSION} (concurrency 5) against #{LockManager::Arguments.redact(url)}... "
@@ -106,6 +116,19 @@ parallel = Timeline.most_at_once(Timeline.work_intervals(events, /processed/))
 verdicts << verdict(processed == [1, 2] && skipped == [1] && parallel == 2,
                     "users #{processed.join(" and ")} processed #{parallel == 2 ? "in parallel" : "one by one"}, " \
                     "skipped: user #{skipped.join(", ")} (want 1 and 2 in parallel, user 1 skipped)")
+
+started = Time.now.to_f
+pushes = Array.new(5) { ReportJob.perform_async(7) }
+accepted = pushes.compact
+events = play("Story 4: ReportJob(7) pushed 5 times (lock_with :until_executed, unique_for: 60)", started, accepted)
+ran = events.count { |e| e["event"] == "report 7 sent" }
+puts "  pushes returned: #{pushes.map { |jid| jid ? jid[0, 6] : "nil (refused)" }.join(", ")}"
+again = [ReportJob.perform_async(7)].compact
+events = play("  ...and once it finished, pushed again", started, again)
+ran_again = events.count { |e| e["event"] == "report 7 sent" }
+verdicts << verdict(accepted.size == 1 && ran == 1 && ran_again == 1,
+                    "#{accepted.size} accepted and #{ran} run, #{pushes.count(nil)} refused; the push after it " \
+                    "#{ran_again == 1 ? "ran" : "did not run"} (want 1, 1, 4, ran)")
 
 puts verdicts.all? ? "All stories behaved." : "Some stories misbehaved."
 exit(verdicts.all? ? 0 : 1)

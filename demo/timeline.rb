@@ -9,16 +9,18 @@ module Timeline
 
   module_function
 
-  # @param redis [#rpush] where to write
+  # @param redis [#call] where to write: a redis-rb Redis, or what Sidekiq.redis yields (redis-rb on
+  #   Sidekiq 6, redis-client on 7); both take a command as #call's arguments
   def record(redis, job, event)
     entry = { "at" => Time.now.to_f, "class" => job["class"], "jid" => job["jid"], "args" => job["args"],
               "event" => event }
-    redis.rpush(KEY, JSON.generate(entry))
+    redis.call("RPUSH", KEY, JSON.generate(entry))
   end
 
+  # @param redis [#call] as for record
   # @return [Array<Hash>] every event, oldest first
   def read(redis, key = KEY)
-    redis.lrange(key, 0, -1).map { |line| JSON.parse(line) }
+    redis.call("LRANGE", key, 0, -1).map { |line| JSON.parse(line) }
   end
 
   # [start, finish] of each job's work: from its "working" event to the first event matching `finished`.
