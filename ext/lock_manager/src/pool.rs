@@ -23,6 +23,9 @@ use crate::replies::{is_authentication, is_signalled};
 /// How often a waiting checkout looks at its interrupt flag.
 const CHECKOUT_SLICE: Duration = Duration::from_millis(10);
 
+/// How often a checkout that asked for a connection looks whether one is idle yet.
+const CONNECT_POLL: Duration = Duration::from_millis(2);
+
 /// How often a call cut short by a signal that was not meant for it is tried again.
 pub const STRAY_SIGNAL_RETRIES: u32 = 2;
 
@@ -266,10 +269,11 @@ impl Pool {
         let deadline = started + self.settings.pool_timeout;
         let failures_before = process.health.failed_connects.load(Ordering::Acquire);
         let _waiting = WaitingCheckout::count(&process.health);
+        let mut asked = None;
         loop {
             interrupt.check()?;
             let slice = CHECKOUT_SLICE.min(deadline.saturating_duration_since(Instant::now()));
-            if let Ok(conn) = process.pool.get_timeout(slice) {
+            if let Some(conn) = next_connection(&process.pool, slice, &mut asked) {
                 return Ok(conn);
             }
             let waited = started.elapsed();
@@ -364,6 +368,25 @@ impl Health {
             })
             .is_ok()
     }
+}
+
+/// Waits up to `slice` for a connection. r2d2 starts a connect on every `get_timeout` while the
+/// pool holds fewer than `pool_size`: a checkout asks for one, then waits for it (or a checkin)
+/// without asking again until a connection opens, so one slow handshake does not become
+/// `pool_size` of them. `asked`: how many connections the pool held when this checkout asked.
+fn next_connection(
+    pool: &r2d2::Pool<Manager>,
+    slice: Duration,
+    asked: &mut Option<u32>,
+) -> Option<PooledConn> {
+    let connections = pool.state().connections;
+    let room = connections < pool.max_size();
+    if room && asked.is_some_and(|held| connections <= held) {
+        std::thread::sleep(CONNECT_POLL.min(slice));
+        return pool.try_get();
+    }
+    *asked = room.then_some(connections);
+    pool.get_timeout(slice).ok()
 }
 
 /// Counts a checkout as waiting while it lives.
