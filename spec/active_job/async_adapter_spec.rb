@@ -352,10 +352,10 @@ RSpec.describe "ActiveJob with LockManager::Worker (:async adapter)" do
     it "refuses an enqueue while one is pending, releases the lock when the job starts" do
       args = %w[a until-executing]
       key = default_key(AjAsync::UntilExecutingJob, args)
-      first = AjAsync::UntilExecutingJob.set(wait: 1).perform_later(*args)
+      first = AjAsync::UntilExecutingJob.set(wait: 2).perform_later(*args)
       expect(first).to be_a(AjAsync::UntilExecutingJob)
       expect(holder(key)).to eq(first.job_id)
-      expect(admin.pttl("#{prefix}#{key}")).to be_between(29_000, 31_000) # unique_for past its scheduled time
+      expect(admin.pttl("#{prefix}#{key}")).to be_between(31_000, 32_000) # unique_for (30 s) past its scheduled time
       expect(AjAsync::UntilExecutingJob.perform_later(*args)).to be(false)
 
       wait_for_job(first, "working")
@@ -465,7 +465,7 @@ RSpec.describe "ActiveJob with LockManager::Worker (:async adapter)" do
     it "refused while pending; when it starts, the enqueue lock goes and the run lock \"key:run\" holds" do
       args = [3, "while"]
       key = default_key(AjAsync::WhileExecutingJob, args)
-      first = AjAsync::WhileExecutingJob.set(wait: 0.5).perform_later(*args)
+      first = AjAsync::WhileExecutingJob.set(wait: 2).perform_later(*args)
       expect(first).to be_a(AjAsync::WhileExecutingJob)
       expect(holder(key)).to eq(first.job_id)
       expect(AjAsync::WhileExecutingJob.perform_later(*args)).to be(false)

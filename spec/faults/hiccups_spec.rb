@@ -113,7 +113,7 @@ RSpec.describe "Waiters ride out Redis hiccups" do
     error, took = waiter.value
     expect(error).to be_a(LockManager::ConnectionError)
     expect(error.message).to include("127.0.0.1:#{server.port}", '"k"')
-    expect(took).to be_between(1.4, 2.5)
+    expect(took).to be_between(1.4, 4.0)
   end
 
   it "a non-blocking call still fails fast while Redis is away" do
@@ -171,8 +171,8 @@ RSpec.describe "Waiters ride out Redis hiccups" do
       locker = locker_on(server, pool_size: 3)
       fill(locker, 3)
       admin.config(:set, "timeout", "1")
-      sleep 2.5 # Redis closes idle clients every second or so
-      expect(pool_client_ids(admin)).to eq([])
+      # Redis closes idle clients from its once-a-second cron, counting whole seconds
+      eventually(timeout: 6) { pool_client_ids(admin).empty? }
       expect(hundred_calls(locker)).to all(eq(:ran))
     ensure
       admin.config(:set, "timeout", "0")

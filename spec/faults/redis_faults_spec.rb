@@ -51,7 +51,7 @@ RSpec.describe "Redis faults" do
         "a5" => -> { locker.locked?("a5") }
       }
       outcomes = calls.transform_values { |call| outcome_and_time(&call) }
-      outcomes.each { |key, outcome| expect_connection_error(outcome, key, within: 1.5) }
+      outcomes.each { |key, outcome| expect_connection_error(outcome, key, within: 2.5) }
       expect(ran).to eq([])
 
       server.start
@@ -273,7 +273,7 @@ RSpec.describe "Redis faults" do
           report(error: error.class, took: took, acquired: acquired, undone: undone, left_ms: admin.pttl(key_of("k")))
 
           expect(error).to be_a(LockManager::TimeoutError)
-          expect(took).to be < 1.2
+          expect(took).to be < 2.0
           expect(undone).to eq(acquired), "Redis ran #{acquired} acquire(s) and #{undone} undo(s)"
           expect(admin.exists?(key_of("k"))).to be(false), "a lock was left for #{admin.pttl(key_of("k"))} ms"
           expect_untouched(other)
@@ -357,7 +357,7 @@ RSpec.describe "Redis faults" do
         state = locker.pool_state
         unstall(fault)
 
-        expect_connection_error(outcome, "w", within: 2.5)
+        expect_connection_error(outcome, "w", within: 3.5)
         expect(outcome.first).to be_a(LockManager::TimeoutError)
         expect(outcome.last).to be > 1.4 # it kept trying until its deadline
         # Nothing left checked out; the connections that timed out were dropped (a connection the pool
@@ -517,7 +517,7 @@ RSpec.describe "Redis faults" do
              longest: tally.longest, pool: locker.pool_state)
       expect(tally.cycles).to eq(10_000)
       expect(tally.unexpected).to eq([]) # no LockNotAcquired, ConnectionError, PoolTimeout...
-      expect(tally.interrupted).to be > 200 # the chaos did reach the lock calls
+      expect(tally.interrupted).to be > 50 # the chaos did reach the lock calls
       expect(tally.ran).to be > 1000
       expect([tally.overlaps, tally.ran_on_held]).to eq([0, 0]) # one holder at a time; the held key never ran
       expect(tally.longest).to be < 5 # no waiter sat out a leaked lock's 10 s

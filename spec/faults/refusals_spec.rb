@@ -234,7 +234,7 @@ RSpec.describe "Refusals" do
       outcomes.each do |name, (error, took)|
         expect(error).to be_a(LockManager::PermissionError), "#{name}: #{error.inspect}"
         expect(error.message).to start_with('lock "MyKey": ').and match(reason)
-        expect(took).to be < 0.5, "#{name} took #{took}"
+        expect(took).to be < 1.0, "#{name} took #{took}"
       end
     end
 
@@ -272,7 +272,7 @@ RSpec.describe "Refusals" do
 
       expect(released).to be(true)
       expect(took).to be < 0.5
-      expect(entered_at - released_at).to be < 0.1 # told by the release's reply, not the backoff
+      expect(entered_at - released_at).to be < 0.3 # told by the release's reply, not the backoff
       expect(held_keys(admin, "*")).to eq([])
     end
 
@@ -316,7 +316,7 @@ RSpec.describe "Refusals" do
 
       expect(entry).to match(/\A\d+:\d+:\z/)
       expect(publication[0]).to eq("lock_manager:".b + full("MyKey"))
-      expect(heard).to be < 0.1
+      expect(heard).to be < 0.3
       expect(held_keys(admin, "*")).to eq([])
     end
 
@@ -326,7 +326,7 @@ RSpec.describe "Refusals" do
 
       expect(entry).to match(/\A\d+:\d+:\z/)
       expect(publication[0]).to eq("lock_manager:process:MyKey".b)
-      expect(heard).to be < 0.1
+      expect(heard).to be < 0.3
       expect(held_keys(admin, "*")).to eq([])
     end
   end
@@ -352,7 +352,7 @@ RSpec.describe "Refusals" do
         expect(error).not_to be_a(LockManager::ConnectionError)
         expect(error.message).to include('lock "k"', "127.0.0.1:#{server.port}", "credentials")
         expect(error.message).not_to include("the-right-one", "a-wrong-one")
-        expect(took).to be < 0.5, "#{name} took #{took}"
+        expect(took).to be < 1.0, "#{name} took #{took}"
         # One connection attempt per call, no retry loop. Counted until the first blocking call: that
         # one starts the subscriber, whose own attempts are the next example's.
         expect(total_connections(admin) - connections).to be <= 2, name if i < 3

@@ -21,7 +21,7 @@ RSpec.describe "Interrupts" do
     thread
   end
 
-  it "Thread#raise stops a waiting thread within 100 ms" do
+  it "Thread#raise stops a waiting thread within 300 ms" do
     thread = waiter { locker.blocking_lock("held", timeout: 20) { :never } }
     took = elapsed do
       thread.raise(RuntimeError, "stop") # returns nil: the join is a statement of its own
@@ -29,22 +29,22 @@ RSpec.describe "Interrupts" do
     end
 
     expect(thread.value).to be_a(RuntimeError)
-    expect(took).to be < 0.1
+    expect(took).to be < 0.3
   end
 
-  it "Thread#kill stops a waiting thread within 100 ms" do
+  it "Thread#kill stops a waiting thread within 300 ms" do
     thread = waiter { locker.lock("held", timeout: 20) }
     took = elapsed { thread.kill.join }
 
     expect(thread.alive?).to be(false)
-    expect(took).to be < 0.1
+    expect(took).to be < 0.3
   end
 
   it "Timeout.timeout stops a wait on time" do
     took = elapsed do
       expect { Timeout.timeout(0.3) { locker.blocking_lock("held", timeout: 20) {} } }.to raise_error(Timeout::Error)
     end
-    expect(took).to be_between(0.3, 0.4)
+    expect(took).to be_between(0.3, 1.0)
   end
 
   it "Thread#raise stops a thread stuck on a Redis that stopped answering" do
@@ -59,7 +59,7 @@ RSpec.describe "Interrupts" do
     end
 
     expect(thread.value).to be_a(RuntimeError)
-    expect(took).to be < 0.1
+    expect(took).to be < 0.3
   ensure
     server&.resume
     server&.shutdown
@@ -83,7 +83,7 @@ RSpec.describe "Interrupts" do
       stopped_in
     end
 
-    expect(took.max).to be < 0.1
+    expect(took.max).to be < 0.3
     sleep 0.2 # Redis runs what the dropped connections had sent: each acquire, then its undo
     expect(server.client.keys("raise:k*")).to eq([])
   ensure

@@ -150,10 +150,8 @@ RSpec.describe "Waiting for a lock" do
       holder = l.try_lock("k")
       log = Queue.new
       threads = Array.new(5) do |i|
-        sleep 0.05 # arrive one after another
-        waiter(l, "k", log, i, fair: true)
+        waiter(l, "k", log, i, fair: true).tap { eventually { admin.zcard(queue_key("#{prefix}k")) == i + 1 } }
       end
-      sleep 0.1
       holder.release
       threads.each(&:join)
 
@@ -166,14 +164,14 @@ RSpec.describe "Waiting for a lock" do
       url = server.url
       key_prefix = prefix
       pids = Array.new(3) do |i|
-        sleep 0.1
-        fork do
+        pid = fork do
           child = LockManager::Locker.new(redis_url: url, key_prefix: key_prefix, retry_interval: 5)
           child.blocking_lock("k", timeout: 20, fair: true) { Redis.new(url: url).rpush("#{key_prefix}order", i) }
           exit!(0)
         end
+        eventually(timeout: 10) { admin.zcard(queue_key("#{prefix}k")) == i + 1 } # queued before the next forks
+        pid
       end
-      sleep 0.3
       holder.release
       pids.each { |pid| Process.wait(pid) }
 
@@ -220,7 +218,7 @@ RSpec.describe "Waiting for a lock" do
     hog.join
 
     # A few of the hog's 5 ms rounds at most: the release hands the lock to the queued waiter.
-    expect(waited).to be < 0.1
+    expect(waited).to be < 0.3
   end
 
   it "leaves the queue when it gives up, and leaves nothing behind" do

@@ -138,7 +138,7 @@ RSpec.describe "a Rails 6.1 app", :rails do
 
     it "with release: :after_commit, keeps the lock past the block until the transaction ends, here a rollback" do
       key = "#{app_prefix}semaphore_lock:booking:s3"
-      request = Thread.new { app.post("/bookings", slot: "s3", work: 0.6, rollback: 1) }
+      request = Thread.new { app.post("/bookings", slot: "s3", work: 2, rollback: 1) }
       eventually { redis.exists?(key) }
       sleep 0.3 # the block (find_by, create!) is long over: the transaction is in its `work`
       expect(redis.exists?(key)).to be(true)
@@ -151,8 +151,8 @@ RSpec.describe "a Rails 6.1 app", :rails do
       key = "#{app_prefix}semaphore_lock:booking:s2"
       acquisitions = -> { redis.get(fencing_counter_key(key)) }
       before = acquisitions.call
-      first = Thread.new { app.post("/bookings", slot: "s2", release: "after_block", work: 1) }
-      # The first request took the lock and released it: its block is over, its transaction (1 s more) is not.
+      first = Thread.new { app.post("/bookings", slot: "s2", release: "after_block", work: 2) }
+      # The first request took the lock and released it: its block is over, its transaction (2 s more) is not.
       eventually { acquisitions.call != before && !redis.exists?(key) }
       second = app.post("/bookings", slot: "s2", release: "after_block")
       expect(first.value.first).to eq(201)

@@ -43,9 +43,11 @@ module SharedTopology
   MUTEX = Mutex.new
 
   # Started on first use; shut down at exit by the process that started it (not by a fork of it).
+  # Slow to declare a node down (SHARED_OPTIONS): nothing fails it on purpose, so a node that a loaded
+  # machine stalls for a second must not fail over in the middle of the suite.
   def shared
     MUTEX.synchronize do
-      @shared ||= new.start.tap do |topology|
+      @shared ||= new(**self::SHARED_OPTIONS).start.tap do |topology|
         owner = Process.pid
         at_exit { topology.shutdown if Process.pid == owner }
       end
@@ -185,8 +187,10 @@ end
 class ClusterNode < TopologyNode
   attr_reader :bus_port
 
-  def initialize
+  # @param node_timeout [Integer] ms without an answer before a node is failing (cluster-node-timeout)
+  def initialize(node_timeout: 1000)
     super()
+    @node_timeout = node_timeout
     @bus_port = RedisServer.free_port while @bus_port.nil? || @bus_port == port
   end
 
@@ -199,7 +203,7 @@ class ClusterNode < TopologyNode
 
   def arguments
     super + ["--cluster-enabled", "yes", "--cluster-port", bus_port.to_s,
-             "--cluster-config-file", File.join(@dir, "nodes.conf"), "--cluster-node-timeout", "1000",
+             "--cluster-config-file", File.join(@dir, "nodes.conf"), "--cluster-node-timeout", @node_timeout.to_s,
              "--cluster-require-full-coverage", "no", # the other masters serve on while one fails over
              "--cluster-replica-validity-factor", "0", # a replica fails over however long its link was down
              "--cluster-allow-replica-migration", "no"] # every master keeps the replica it was given
@@ -438,15 +442,17 @@ class RedisCluster
   extend SharedTopology
 
   SLOTS = KeySlots::SLOTS
+  SHARED_OPTIONS = { node_timeout: 5000 }.freeze
 
   # @return [Array<ClusterNode>] every node, up or down: the first half were masters at start
   attr_reader :nodes
 
   # @param replicas [Boolean] one replica per master (false: masters only, for benchmarks that
   #   compare a Cluster's routing with one server's)
-  def initialize(masters: 3, replicas: true)
+  # @param node_timeout [Integer] cluster-node-timeout in ms: how soon a replica takes a dead master's place
+  def initialize(masters: 3, replicas: true, node_timeout: 1000)
     @masters = masters
-    @nodes = Array.new(replicas ? masters * 2 : masters) { ClusterNode.new }
+    @nodes = Array.new(replicas ? masters * 2 : masters) { ClusterNode.new(node_timeout: node_timeout) }
     @killed_slots = {}
   end
 
@@ -585,13 +591,16 @@ class RedisSentinelSet
   extend SharedTopology
 
   SENTINELS = 3
+  SHARED_OPTIONS = { down_after: 5000 }.freeze
 
   attr_reader :name, :sentinels
 
   # @param password [String, nil] requirepass and masterauth of the data nodes (sentinel auth-pass)
   # @param sentinel_password [String, nil] requirepass of the sentinels (sentinel sentinel-pass)
-  def initialize(name: "mymaster", password: nil, sentinel_password: nil)
+  # @param down_after [Integer] ms without an answer before the sentinels fail the primary over
+  def initialize(name: "mymaster", password: nil, sentinel_password: nil, down_after: 1000)
     @name = name
+    @down_after = down_after
     @password = password
     @sentinel_password = sentinel_password
     @data_nodes = Array.new(2) { TopologyNode.new(password: password) }
@@ -668,7 +677,7 @@ class RedisSentinelSet
 
   def sentinel_config
     lines = ["sentinel monitor #{name} 127.0.0.1 #{@data_nodes.first.port} 2",
-             "sentinel down-after-milliseconds #{name} 1000",
+             "sentinel down-after-milliseconds #{name} #{@down_after}",
              "sentinel failover-timeout #{name} 3000",
              "sentinel parallel-syncs #{name} 1"]
     lines << "sentinel auth-pass #{name} #{quote(@password)}" if @password

@@ -226,10 +226,9 @@ RSpec.describe "LockManager::Testing.fake!", lock_manager: :fake do
     thread, release = hold_in_thread("queue", timeout: 30)
     order = Queue.new
     waiters = Array.new(4) do |n|
-      sleep 0.05 # arrival order
-      Thread.new { locker.blocking_lock("queue", timeout: 10, fair: true) { order << n } }
+      waiter = Thread.new { locker.blocking_lock("queue", timeout: 10, fair: true) { order << n } }
+      waiter.tap { eventually { waiter.status == "sleep" } } # queued before the next arrives
     end
-    sleep 0.05
     release << true
     [thread, *waiters].each(&:join)
 

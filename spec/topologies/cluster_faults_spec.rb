@@ -106,7 +106,7 @@ RSpec.describe "A Redis Cluster changing under the locks", :topology do
     end
     expect(([keys.first] + bystanders).map { |key| master_of(key) }.uniq.size).to eq(3)
 
-    lockers = Array.new(2) { cluster_locker }
+    lockers = Array.new(2) { cluster_locker(read_timeout: 3) } # asks a migrating slot again for up to 3 s
     tally = ClusterTally.new
     running = true
     threads = Array.new(8) { |i| cycler(lockers[i % 2], keys[i % 4], tally, -> { running }) }
@@ -166,7 +166,7 @@ RSpec.describe "A Redis Cluster changing under the locks", :topology do
     source = cluster.masters.first
     slot = cluster.slot_ranges_of(source).first.first + rand(1000)
     key = cluster.keys_in_slot(slot, 1, base: "handed").first
-    holder = cluster_locker.try_lock(key, timeout: 30)
+    holder = cluster_locker(read_timeout: 3).try_lock(key, timeout: 30)
     waiter = Thread.new { cluster_locker.lock(key, timeout: 20) }
     eventually(timeout: 10) { node_client(source).zcard(KeySlots.queue_key(prefix + key)) == 1 }
 
@@ -176,7 +176,7 @@ RSpec.describe "A Redis Cluster changing under the locks", :topology do
     rescue LockManager::Error => e
       e
     end
-    sleep 0.2 # released while MIGRATING (a release that asks again meanwhile has 0.8 s of read_timeout left)
+    sleep 0.2 # released while MIGRATING (a release that asks again meanwhile has 2.8 s of read_timeout left)
     cluster.migrate_keys(slot)
     sleep 0.2
     cluster.finish_migration(slot)

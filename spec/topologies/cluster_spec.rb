@@ -423,7 +423,7 @@ RSpec.describe "Locks on a Redis Cluster", :topology do
         .to match_array(keys.map { |key| [key, true, false, false] })
       expect(held.map { |report| report.fetch("held_for") }).to all(be >= 3)
       attempts.group_by(&:first).each do |key, tries|
-        expect(tries.size).to be >= 20
+        expect(tries.size).to be >= 10
         expect(tries.map { |_, ran, _| ran }).to all(be(false)), "#{key} was taken while renewed"
         expect(tries.map(&:last)).to all(be_between(1, 1000)) # renewed: it outlived its 1 s
       end

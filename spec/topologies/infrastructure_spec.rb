@@ -44,8 +44,9 @@ RSpec.describe "Topology infrastructure", :topology do
       master = cluster.masters[1]
       replica = cluster.replica_of(master)
       key = cluster.key_in_slot_of(master, "survivor")
-      client_of(master).set(key, "kept")
-      client_of(master).wait(1, 1000) # on the replica before the master dies
+      writer = client_of(master)
+      writer.set(key, "kept")
+      eventually(timeout: 15) { writer.wait(1, 500) == 1 } # on the replica before the master dies
 
       took = elapsed do
         cluster.kill_master(master)
@@ -97,7 +98,7 @@ RSpec.describe "Topology infrastructure", :topology do
       end
       primary = Redis.new(url: set.master_url, timeout: 2).tap { |client| topology_clients << client }
       primary.set("#{prefix}written", "on the primary")
-      primary.wait(1, 1000)
+      eventually(timeout: 15) { primary.wait(1, 500) == 1 }
       expect(client_of(set.replica).get("#{prefix}written")).to eq("on the primary")
     end
 

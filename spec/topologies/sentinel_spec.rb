@@ -51,7 +51,7 @@ RSpec.describe "Locks through Sentinel", :topology do
       expect(lock).to be_a(LockManager::Lock)
       expect(primary.get(full("report"))).to eq(lock.token)
       expect(primary.pttl(full("report"))).to be_between(25_000, 30_000)
-      primary.wait(1, 1000)
+      eventually(timeout: 15) { primary.wait(1, 500) == 1 }
       expect(client_of(set.replica).get(full("report"))).to eq(lock.token) # written where replicas follow
       expect(lock.release).to be(true)
       expect(held_keys(primary, "#{prefix}*")).to eq([])
@@ -299,7 +299,7 @@ RSpec.describe "Locks through Sentinel", :topology do
       expect(held.map { |report| report.values_at("key", "run", "lost_inside", "lost") })
         .to eq([["import", true, false, false]])
       expect(held.first.fetch("held_for")).to be >= 3
-      expect(attempts.size).to be >= 20
+      expect(attempts.size).to be >= 10 # over 3 s: it was tried all along
       expect(attempts.map(&:first)).to all(be(false)), "taken while renewed: #{attempts.inspect}"
       expect(attempts.map(&:last)).to all(be_between(1, 1000)) # renewed: it outlived its 1 s
       expect(other.nonblocking_lock("import") { :free }.result).to eq(:free)
