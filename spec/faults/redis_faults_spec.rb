@@ -70,6 +70,22 @@ RSpec.describe "Redis faults" do
       expect(idle).to eq(open)
     end
 
+    it "after 3 s away, the Locker works again within about half a second of Redis's return" do
+      locker = locker_on(server, pool_size: 2) # the default pool_timeout, 5 s
+      locker.nonblocking_lock("warm") {}
+      server.kill
+      away_until = monotonic + 3
+      while monotonic < away_until # callers meanwhile: each failure has the pool retry its connects
+        expect { locker.nonblocking_lock("k") {} }.to raise_error(LockManager::ConnectionError)
+        sleep 0.05
+      end
+      server.start
+      back_in = elapsed { once_back(within: 5) { locker.nonblocking_lock("k") { :back } } }
+      report(back_in: back_in)
+      # The pool's background reconnects pause 0.5 s at most between tries, whatever pool_timeout is.
+      expect(back_in).to be < 1.2
+    end
+
     it "(b) during a block that raises: its exception comes out, and the failed release is logged" do
       log = capture_log
       locker = locker_on(server, connect_timeout: 0.5, pool_timeout: 1)

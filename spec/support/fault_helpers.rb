@@ -140,8 +140,8 @@ module FaultHelpers
   end
 
   # Runs the block until it stops raising ConnectionError, for `within` seconds at most. Once
-  # Redis is back, reconnects that failed while it was away are retried with a backoff of up to
-  # pool_timeout / 2 (README), and calls meanwhile may still fail, with ConnectionError only.
+  # Redis is back, reconnects that failed while it was away are retried within 0.5 s
+  # (docs/design.md), and calls meanwhile may still fail, with ConnectionError only.
   def once_back(within:)
     deadline = monotonic + within
     begin

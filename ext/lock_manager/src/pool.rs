@@ -26,6 +26,10 @@ const CHECKOUT_SLICE: Duration = Duration::from_millis(10);
 /// How often a checkout that asked for a connection looks whether one is idle yet.
 const CONNECT_POLL: Duration = Duration::from_millis(2);
 
+/// The longest pause between r2d2's background retries of a connect that failed: once Redis is
+/// back, callers wait this long at most for the pool to reach it again.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
+
 /// How often a call cut short by a signal that was not meant for it is tried again.
 pub const STRAY_SIGNAL_RETRIES: u32 = 2;
 
@@ -334,7 +338,9 @@ fn build(settings: &PoolSettings, connector: &Connector) -> ProcessPool {
     let pool = r2d2::Pool::builder()
         .max_size(settings.pool_size)
         .min_idle(Some(0))
-        .connection_timeout(settings.pool_timeout)
+        // r2d2 uses it only for `get()`, which we never call (checkouts keep their own deadline,
+        // pool_timeout), and to cap its reconnect backoff at half of it.
+        .connection_timeout(RECONNECT_PAUSE * 2)
         // A PING per checkout would double the cost of a lock; broken connections show
         // themselves on use and are replaced then.
         .test_on_check_out(false)
