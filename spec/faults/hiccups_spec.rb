@@ -98,6 +98,8 @@ RSpec.describe "Waiters ride out Redis hiccups" do
     # A place lapses 2 s after its waiter last renewed it (at least every 0.5 s), and the pool reaches
     # Redis within 0.5 s of its return: an outage of 0.5 s leaves a loaded machine room.
     it "50 fair waiters across a 0.5 s restart: the lock and the queue survive, all served in order" do
+      # Every write fsynced while 50 waiters come back: the holder's release may wait its turn.
+      @holder = locker_on(server, pool_size: 1, connect_timeout: 5, read_timeout: 5).try_lock("k", timeout: 30)
       threads, entered = queue_across_restart(fair: true, down: 0.5)
       sleep 0.6 # every waiter has renewed its place since
       expect(holder.release).to be(true)

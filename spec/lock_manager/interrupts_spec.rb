@@ -133,6 +133,8 @@ RSpec.describe "Interrupts" do
   it "leaves no lock and no connection behind under random Thread#raise (2,000 cycles, 8 threads)" do
     hits = Queue.new
     ready = Queue.new
+    finished = Queue.new
+    chaos_over = Queue.new
     shared = locker # an interrupt inside RSpec's `let` memoization would break its mutex, not the gem
     workers = Array.new(8) do |i|
       Thread.new do
@@ -155,18 +157,32 @@ RSpec.describe "Interrupts" do
           rescue RuntimeError, LockManager::LockNotAcquired
             hits << n
           end
+          finished << i
+          chaos_over.pop
+          # A raise that came after the last cycle waits here; taken now, it would not end the thread.
+          while Thread.pending_interrupt?
+            begin
+              Thread.handle_interrupt(RuntimeError => :immediate) { Thread.pass }
+            rescue RuntimeError
+              nil
+            end
+          end
         end
       end
     end
     8.times { ready.pop }
+    running = true
     chaos = Thread.new do
-      while workers.any?(&:alive?)
+      while running
         workers.sample.raise(RuntimeError, "chaos") rescue nil # rubocop:disable Style/RescueModifier
         sleep rand * 0.002
       end
     end
-    workers.each(&:join)
+    8.times { finished.pop }
+    running = false
     chaos.join
+    8.times { chaos_over << true }
+    workers.each(&:join)
 
     expect(hits.size).to be > 20 # the chaos did reach the lock calls
     expect(redis.keys("#{prefix}chaos*")).to eq([])
