@@ -27,9 +27,7 @@ class FaultyRedisServer < RedisServer
 
   def start(ready: true)
     persistence = @appendonly ? %w[--appendonly yes --appendfsync always] : %w[--appendonly no]
-    args = ["--port", port.to_s, "--bind", "127.0.0.1", "--save", "", *persistence,
-            "--dir", @dir, "--logfile", File.join(@dir, "redis.log"),
-            "--repl-diskless-sync-delay", "0", *@args] # a replica's full sync at once, not after 5 s
+    args = [*base_arguments(persistence: persistence), *@args]
     @shell = Process.spawn("sh", "-c", 'redis-server "$@" & wait $!', "sh", *args, out: File::NULL, err: File::NULL)
     @paused = false
     ready ? wait_until_ready : wait_until_answering

@@ -51,8 +51,7 @@ class RedisServer
   end
 
   def start
-    args = ["redis-server", "--port", port.to_s, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-            "--dir", @dir, "--logfile", File.join(@dir, "redis.log")]
+    args = ["redis-server", *base_arguments]
     args += ["--requirepass", @password] if @password
     args += ["--unixsocket", socket] if @unix
     args += tls_arguments if @tls
@@ -98,6 +97,13 @@ class RedisServer
   end
 
   private
+
+  # What every redis-server of the suite starts with: loopback only, no snapshots, its log in its
+  # directory, and a replica's full sync at once rather than after Redis's default 5 s.
+  def base_arguments(persistence: %w[--appendonly no])
+    ["--port", port.to_s, "--bind", "127.0.0.1", "--save", "", *persistence, "--dir", @dir,
+     "--logfile", File.join(@dir, "redis.log"), "--repl-diskless-sync-delay", "0"]
+  end
 
   def tls_arguments
     ["--port", "0", "--tls-port", port.to_s, "--tls-cert-file", File.join(@dir, "server.crt"),

@@ -148,8 +148,7 @@ class TopologyNode < RedisServer
   private
 
   def arguments
-    args = ["--port", port.to_s, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", @dir,
-            "--logfile", log_file, "--repl-diskless-sync-delay", "0"] # a full sync at once, not after 5 s
+    args = base_arguments
     args += ["--requirepass", @password, "--masterauth", @password] if @password
     args + @args
   end
