@@ -5,7 +5,7 @@
 # class (the gem's middleware installed for both, as in an app), on one redis-server, in one run.
 #
 #   bundle exec ruby bench/jobs.rb
-#   SIDEKIQ=7 bundle exec ruby bench/jobs.rb   # the vendored Sidekiq 7.3.9 (../shared/vendor)
+#   SIDEKIQ=7.3.9 bundle exec ruby bench/jobs.rb   # a vendored Sidekiq (../shared/vendor; 8.1.7 on Ruby 3.3)
 #
 #   perform_async  PUSHES (default 10000) pushes of each kind in ROUNDS (default 5) alternating
 #                  rounds, distinct arguments: plain; plain after one redis-rb GET (what one more
@@ -30,8 +30,11 @@
 # nothing else talks to). sidekiq-unique-jobs is not measured: it cannot be installed on this
 # machine (bench/README.md).
 
+require_relative "../spec/support/stack"
+Stack.select! # first: SIDEKIQ puts the vendored libraries ahead of the stack's gems
+Stack.check!
+require "sidekiq"
 require_relative "../spec/support/sidekiq_process"
-SidekiqProcess.select_sidekiq # first: SIDEKIQ=7 puts the vendored libraries ahead of Debian's gems
 
 require "etc"
 require "logger"
@@ -411,7 +414,7 @@ end
 
 def sidekiq_line
   path = $LOADED_FEATURES.find { |feature| feature.end_with?("/sidekiq.rb") }
-  "sidekiq:      #{Sidekiq::VERSION} (#{SidekiqProcess.sidekiq7? ? "vendored" : "Bundler's"}: #{path}), " \
+  "sidekiq:      #{Sidekiq::VERSION} (#{Stack.sidekiq ? "vendored" : "Bundler's"}: #{path}), " \
     "in-process client, no sidekiq server"
 end
 

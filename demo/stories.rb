@@ -8,11 +8,13 @@
 #   4. ReportJob (lock_with :until_executed) pushed 5 times: 1 accepted and run, 4 refused at push;
 #      pushed again once it finished: accepted and run.
 # Prints a timeline and one verdict per story; exits 0 only if every story behaved.
-# Debian's Sidekiq 6.4, or with SIDEKIQ=7 the vendored 7.3.9 (SidekiqProcess.select_sidekiq), here and in
-# the sidekiq process it boots.
+# On the stack's own Sidekiq, or the vendored one SIDEKIQ names (spec/support/stack.rb), here and in the
+# sidekiq process it boots.
 
+require_relative "../spec/support/stack"
+Stack.select! # first: SIDEKIQ puts the vendored libraries ahead of the stack's gems
+Stack.check!
 require_relative "../spec/support/sidekiq_process"
-SidekiqProcess.select_sidekiq # first: SIDEKIQ=7 puts the vendored libraries ahead of Debian's gems
 
 require "redis"
 require "securerandom"
@@ -21,7 +23,7 @@ require_relative "../lib/lock_manager/worker"
 require_relative "../spec/support/redis_server"
 require_relative "timeline"
 
-Redis.silence_deprecations = true # redis-rb 4.8 warns about calls Sidekiq 6.4's client makes
+Redis.silence_deprecations = true if Redis.respond_to?(:silence_deprecations=) # 4.8 warns of Sidekiq 6.4's calls
 $stdout.sync = true
 
 def start_redis

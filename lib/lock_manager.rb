@@ -10,8 +10,15 @@ require_relative "lock_manager/lock"
 require_relative "lock_manager/reports"
 require_relative "lock_manager/events"
 require_relative "lock_manager/instrumentation"
-# The native library defines LockManager::Native and looks up the error classes above.
-require "lock_manager/lock_manager"
+# The native library defines LockManager::Native and looks up the error classes above. A checkout
+# (and a precompiled gem) holds one per Ruby, in lock_manager/<major.minor>/; a gem compiled at
+# install time has the one it built beside this file.
+native = "lock_manager/#{RUBY_VERSION[/\A\d+\.\d+/]}/lock_manager"
+if File.exist?(File.join(__dir__, "#{native}.#{RbConfig::CONFIG["DLEXT"]}"))
+  require_relative native
+else
+  require "lock_manager/lock_manager"
+end
 require_relative "lock_manager/lease_events"
 require_relative "lock_manager/claims"
 require_relative "lock_manager/block_calls"

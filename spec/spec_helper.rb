@@ -2,14 +2,17 @@
 
 require "securerandom"
 require "timeout"
+require_relative "support/stack"
+
+# SIDEKIQ, RAILS: the vendored versions ahead of the stack's own gems, before any spec requires them,
+# here and in every process a spec starts; checked, so that nothing runs on another version unseen.
+Stack.select!
+Stack.check!
+
 require_relative "support/redis_server"
 require_relative "support/key_slots"
 require_relative "support/helpers"
 require_relative "support/sidekiq_process"
-
-# SIDEKIQ=7: the vendored Sidekiq 7.3.9 ahead of Debian's 6.4, before any spec requires sidekiq, and
-# checked (every spec then runs on it; spawned `sidekiq` processes too).
-SidekiqProcess.select_sidekiq if SidekiqProcess.sidekiq7?
 
 # The suite's own redis-server (REDIS_URL points it at another one: then keys are isolated by
 # a random prefix per example and nothing is flushed).

@@ -31,8 +31,7 @@ RUBY
 RSpec.describe "Sidekiq::Testing with lock_manager" do
   def run_script(body)
     script = "#{SIDEKIQ_TESTING_APP}\n#{body}"
-    libs = SidekiqProcess.sidekiq7? ? SidekiqProcess.vendor_libs : [] # the child runs the same Sidekiq
-    load_path = [*libs, File.expand_path("../../lib", __dir__)].flat_map { |lib| ["-I", lib] }
+    load_path = ["-I", File.expand_path("../../lib", __dir__)] # the same Sidekiq: RUBYOPT carries SIDEKIQ's
     output, status = Open3.capture2e({ "REDIS_URL" => redis_url, "LOCK_PREFIX" => prefix }, RbConfig.ruby,
                                      *load_path, "-e", "#{script}\nputs Sidekiq::VERSION")
     expect(status).to be_success, output

@@ -28,7 +28,8 @@ class FaultyRedisServer < RedisServer
   def start(ready: true)
     persistence = @appendonly ? %w[--appendonly yes --appendfsync always] : %w[--appendonly no]
     args = [*base_arguments(persistence: persistence), *@args]
-    @shell = Process.spawn("sh", "-c", 'redis-server "$@" & wait $!', "sh", *args, out: File::NULL, err: File::NULL)
+    @shell = Process.spawn("sh", "-c", '"${REDIS_SERVER:-redis-server}" "$@" & wait $!', "sh", *args,
+                           out: File::NULL, err: File::NULL)
     @paused = false
     ready ? wait_until_ready : wait_until_answering
     @pid = client.then { |c| c.info("server").fetch("process_id").to_i.tap { c.close } }

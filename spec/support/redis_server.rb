@@ -4,6 +4,7 @@ require "fileutils"
 require "socket"
 require "tmpdir"
 require "redis"
+require_relative "stack"
 
 # A real redis-server on a free loopback port, owned by the suite: it may be stopped, paused
 # and restarted (on the same port) to inject faults. Nothing is persisted.
@@ -51,7 +52,7 @@ class RedisServer
   end
 
   def start
-    args = ["redis-server", *base_arguments]
+    args = [Stack.redis_server, *base_arguments]
     args += ["--requirepass", @password] if @password
     args += ["--unixsocket", socket] if @unix
     args += tls_arguments if @tls
@@ -60,7 +61,7 @@ class RedisServer
     wait_until_ready
     self
   rescue Errno::ENOENT
-    raise "redis-server is not on PATH: bin/test installs it (apt-get install redis-server)"
+    raise "#{Stack.redis_server} is not on PATH: bin/test installs it (apt-get install #{Stack.redis_server})"
   end
 
   def stop

@@ -64,7 +64,7 @@ class TopologyNode < RedisServer
   # The shell's watchdog SIGKILLs it once fd 3, a pipe whose write end only the suite holds, reads
   # EOF: when the suite dies, even by SIGKILL, with no at_exit to run.
   SCRIPT = <<~SH
-    redis-server "$@" 3<&- &
+    "${REDIS_SERVER:-redis-server}" "$@" 3<&- &
     server=$!
     (read -r _ <&3; kill -9 "$server" 2>/dev/null) &
     watchdog=$!

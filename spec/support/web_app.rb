@@ -2,9 +2,11 @@
 
 # Sidekiq's Web UI with the Locks tab, served by Puma in a process of its own for spec/web, as an app
 # mounts it (`mount Sidekiq::Web => "/sidekiq"` behind a cookie session): run as
-# `ruby -Ilib spec/support/web_app.rb PORT REDIS_URL KEY_PREFIX`. SIDEKIQ=7 serves the vendored 7.3.9.
-require_relative "sidekiq_process"
-SidekiqProcess.select_sidekiq
+# `ruby -Ilib spec/support/web_app.rb PORT REDIS_URL KEY_PREFIX`. SIDEKIQ serves a vendored Sidekiq.
+require_relative "stack"
+Stack.select!
+Stack.check!
+require "sidekiq"
 
 require "securerandom"
 require "rack"

@@ -6,7 +6,7 @@ require "tmpdir"
 require_relative "redis_server"
 
 # spec/support/web_app.rb in a Puma process of its own: Sidekiq's Web UI with the Locks tab at
-# /sidekiq, on Debian's Sidekiq 6.4.1 or (SIDEKIQ=7, inherited) the vendored 7.3.9.
+# /sidekiq, on the stack's own Sidekiq or (SIDEKIQ, inherited) a vendored one.
 class WebServer
   LIB = File.expand_path("../../lib", __dir__)
 

@@ -11,7 +11,7 @@ require_relative "../support/web_server"
 # The Locks tab of Sidekiq's Web UI, in a real headless Chromium against Sidekiq::Web served by Puma
 # in a process of its own, over a redis-server of this file's own where another process holds real
 # locks: a plain lock with a fair waiter queued, a semaphore, a job's claim, a key of odd bytes.
-# Runs on Debian's Sidekiq 6.4.1, and on the vendored 7.3.9 with SIDEKIQ=7. The examples run in
+# Runs on each stack's own Sidekiq, and on the vendored one SIDEKIQ names (7.3.9, 8.1.7). The examples run in
 # order: the last one releases a lock. Screenshots go to tmp/web/<sidekiq version>-<page>.png.
 RSpec.describe "The Sidekiq Web Locks tab", order: :defined do
   odd_key = "odd:<b>bold</b> \"quoted\" & \xFF\n".b
@@ -21,7 +21,7 @@ RSpec.describe "The Sidekiq Web Locks tab", order: :defined do
     missing = Browser.missing
     skip "spec/web skipped: #{missing}" if missing
 
-    SidekiqProcess.select_sidekiq
+    require "sidekiq"
     @version = Sidekiq::VERSION
     @key_prefix = "web:#{SecureRandom.hex(3)}:"
     @server = RedisServer.new.start

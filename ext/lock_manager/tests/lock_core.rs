@@ -30,7 +30,9 @@ impl RedisServer {
                 .local_addr()
                 .unwrap()
                 .port();
-            let mut child = Command::new("redis-server")
+            // REDIS_SERVER: another server binary speaking the protocol (valkey-server).
+            let binary = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+            let mut child = Command::new(&binary)
                 .args([
                     "--port",
                     &port.to_string(),
@@ -43,12 +45,12 @@ impl RedisServer {
                 ])
                 .stdout(Stdio::null())
                 .spawn()
-                .expect("redis-server on PATH (bin/test installs it)");
+                .unwrap_or_else(|error| panic!("{binary} on PATH (bin/test installs it): {error}"));
             let started = Instant::now();
             while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
                 assert!(
                     started.elapsed() < Duration::from_secs(10),
-                    "redis-server did not start"
+                    "{binary} did not start"
                 );
                 thread::sleep(Duration::from_millis(10));
             }
