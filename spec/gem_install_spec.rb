@@ -23,8 +23,8 @@ RSpec.describe "The packaged gem" do
       gem_home = File.join(dir, "gems")
       # Reuses compiled dependencies between runs; the gem's own crate is still built from the package.
       env = { "GEM_HOME" => gem_home, "GEM_PATH" => gem_home, "REDIS_URL" => redis_url,
-              "CARGO_TARGET_DIR" => File.join(root, "target", "gem-install"),
-              "RUBYOPT" => nil, "BUNDLE_GEMFILE" => nil, "RUBYLIB" => nil }
+              "CARGO_TARGET_DIR" => File.join(ENV.fetch("CARGO_TARGET_DIR", File.join(root, "target")), "gem-install"),
+              "RUBYOPT" => nil, "BUNDLE_GEMFILE" => nil, "BUNDLER_SETUP" => nil, "RUBYLIB" => nil }
       ruby = RbConfig.ruby
       gem = [ruby, "-S", "gem"]
 

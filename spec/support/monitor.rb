@@ -29,8 +29,8 @@ class CommandRecorder
         ready << true if line == "OK"
         @lines << line
       end
-    rescue IOError, Redis::BaseConnectionError
-      nil
+    rescue IOError, Redis::BaseConnectionError, *(RedisClient::ConnectionError if defined?(RedisClient))
+      nil # closed by #lines_while (redis-rb 5 lets redis-client's own error through from MONITOR)
     end
     ready.pop
     yield
