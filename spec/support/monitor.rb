@@ -60,9 +60,10 @@ class CommandRecorder
 
   ESCAPES = { "n" => "\n", "r" => "\r", "t" => "\t", "a" => "\a", "b" => "\b" }.freeze
 
-  # The quoted words of a MONITOR line, unescaped to their bytes.
+  # The quoted words of a MONITOR line, unescaped to their bytes. Redis escapes a quote inside a word
+  # (\"); Valkey 8 writes it bare, so a quote ends a word only before ` "` or the end of the line.
   def words(text)
-    text.scan(/"((?:[^"\\]|\\.)*)"/m).map do |(word)|
+    text.scan(/"((?:[^"\\]|\\.|"(?! "|\z))*)"(?= "|\z)/m).map do |(word)|
       word.gsub(/\\x(\h\h)|\\(.)/m) do
         hex, char = Regexp.last_match.captures
         hex ? hex.hex.chr : ESCAPES.fetch(char, char)
