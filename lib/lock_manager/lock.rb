@@ -28,14 +28,13 @@ module LockManager
       @native.owned?
     end
 
-    # @return [Boolean] true once the renewal (renew: true), or the one extension of a lock a
-    #   release handed over, found the lock lost; otherwise nothing watches the lock: ask #owned?
+    # @return [Boolean] true once the renewal (renew: true) found the lock lost; otherwise
+    #   nothing watches the lock: ask #owned?
     def lost?
       @native.lost?
     end
 
-    # Resets the lock's validity to `seconds` from now (a pending extension of a lock handed over
-    # is dropped: it would overwrite this).
+    # Resets the lock's validity to `seconds` from now.
     # @return [Boolean] false when the lock expired or changed hands
     def refresh(seconds)
       refreshed = @native.refresh(Arguments.milliseconds(seconds, :seconds))

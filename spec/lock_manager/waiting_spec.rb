@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "spec_helper"
+require_relative "../support/process_helpers"
 
 # Waiting is event-driven: a release is published, one subscriber connection per Locker wakes
 # the waiting threads; the holder's TTL wakes them when nobody releases. A retry_interval of
@@ -73,48 +74,120 @@ RSpec.describe "Waiting for a lock" do
     expect(took).to be_between(0.35, 0.8)
   end
 
-  it "keeps a lock handed over by a release (taken on the release's message alone, for 2 s) for the waiter's " \
-     "whole timeout, in a block and as a handle" do
-    l = locker(pool_size: 4)
-    other = locker
-    holders = %w[block handle].map { |key| l.try_lock(key, timeout: 30) }
-    in_block = Queue.new
-    block_waiter = Thread.new do
-      l.blocking_lock("block", timeout: 30) do |result|
-        sleep 2.5 # past the hand-off's 2 s
-        in_block << [admin.pttl("#{prefix}block"), other.try_lock("block"), result.lost?, result.fencing_token]
-        :ran
+  describe "a lock handed over by a release" do
+    include ProcessHelpers
+
+    after { stop_all }
+
+    # A process of its own that waits in blocking_lock("k", timeout: 30). It says "waiting", then
+    # "in" as its block starts; the block ends when told "go"; then it says whether the lock was
+    # lost.
+    def waiting_process(fair:)
+      url = server.url
+      key_prefix = prefix
+      fork_child do |parent|
+        child = LockManager::Locker.new(redis_url: url, key_prefix: key_prefix, retry_interval: 5)
+        parent.puts "waiting"
+        seen = nil
+        child.blocking_lock("k", timeout: 30, fair: fair) do |result|
+          seen = result
+          parent.puts "in"
+          parent.gets(timeout: 20)
+        end
+        parent.puts "lost=#{seen.lost?}"
       end
     end
-    handle_waiter = Thread.new { l.lock("handle", timeout: 30) }
-    eventually { %w[block handle].all? { |key| admin.zcard(queue_key("#{prefix}#{key}")) == 1 } }
-    holders.each(&:release)
-    handle = handle_waiter.value
-    sleep 2.5
 
-    expect([admin.pttl("#{prefix}handle"), other.try_lock("handle"), handle.owned?, handle.lost?])
-      .to match([be > 25_000, nil, true, false])
-    expect(handle.fencing_token).to be > holders.last.fencing_token
-    expect(handle.release).to be(true)
-    expect(block_waiter.value).to eq(:ran)
-    *seen, fencing_token = in_block.pop
-    expect(seen).to match([be > 25_000, nil, false])
-    expect(fencing_token).to be > holders.first.fencing_token
-    expect(held_keys(admin, "#{prefix}*")).to eq([])
-  end
+    def queued(key)
+      admin.zcard(queue_key("#{prefix}#{key}"))
+    end
 
-  it "lets Lock#refresh on a lock handed over have the last word over its pending extension" do
-    l = locker(pool_size: 2)
-    holder = l.try_lock("k", timeout: 30)
-    waiter = Thread.new { l.lock("k", timeout: 30) }
-    eventually { admin.zcard(queue_key("#{prefix}k")) == 1 }
-    holder.release
-    handle = waiter.value
-    expect(handle.refresh(60)).to be(true)
-    sleep 1.5 # past the extension's time (halfway to the hand-off's 2 s)
+    [false, true].each do |fair|
+      it "starts the block (fair: #{fair}) with the lock living the waiter's whole timeout, not the hand-off's " \
+         "2 s; a handle too" do
+        l = locker(pool_size: 4)
+        # Told by the release's reply (same Locker), and by the subscriber (another one).
+        holders = [l.try_lock("block", timeout: 30), locker.try_lock("handle", timeout: 30)]
+        block_waiter = Thread.new do
+          l.blocking_lock("block", timeout: 30, fair: fair) do |result|
+            [admin.pttl("#{prefix}block"), result.fencing_token]
+          end
+        end
+        handle_waiter = Thread.new { l.lock("handle", timeout: 30, fair: fair) }
+        eventually { %w[block handle].all? { |key| queued(key) == 1 } }
+        holders.each { |holder| expect(holder.release).to be(true) }
+        handle = handle_waiter.value
+        handle_pttl = admin.pttl("#{prefix}handle")
+        block_pttl, fencing_token = block_waiter.value
 
-    expect(admin.pttl("#{prefix}k")).to be > 55_000
-    expect(handle.release).to be(true)
+        expect([block_pttl, handle_pttl]).to all(be_within(1_000).of(30_000))
+        expect([fencing_token, handle.fencing_token]).to match([be > holders.first.fencing_token,
+                                                                be > holders.last.fencing_token])
+        expect([handle.owned?, handle.lost?, handle.release]).to eq([true, false, true])
+        expect(held_keys(admin, "#{prefix}*")).to eq([])
+      end
+
+      it "keeps a lock handed to a process (fair: #{fair}) that stops for 2.5 s as its block starts, past the " \
+         "hand-off's 2 s: nobody else takes it meanwhile" do
+        holder = locker.try_lock("k", timeout: 30)
+        waiting = waiting_process(fair: fair)
+        expect(waiting.gets).to eq("waiting")
+        eventually { queued("k") == 1 }
+        expect(holder.release).to be(true) # handed to the waiting process
+        expect(waiting.gets).to eq("in")
+        waiting.kill(:STOP) # its renewal thread too, as on a machine too loaded to run it
+        sleep 2.5
+        stalled = [admin.pttl("#{prefix}k"), locker.try_lock("k")]
+        waiting.kill(:CONT)
+        waiting.puts "go"
+
+        expect(stalled).to match([be > 25_000, nil])
+        expect(waiting.gets).to eq("lost=false")
+        expect(waiting.wait&.exitstatus).to eq(0)
+        expect(held_keys(admin, "#{prefix}*")).to eq([])
+      end
+
+      it "lets a lock handed to a waiting process (fair: #{fair}) that stopped before it could take it lapse " \
+         "after the hand-off's 2 s, not its timeout; the process takes the lock later, once it runs again" do
+        l = locker
+        holder = locker.try_lock("k", timeout: 30)
+        stopped = waiting_process(fair: fair)
+        expect(stopped.gets).to eq("waiting")
+        eventually { queued("k") == 1 }
+        stopped.kill(:STOP) # as if it had died: its place in the queue lives on for up to 2 s
+        next_waiter = Thread.new do
+          l.blocking_lock("k", timeout: 30, fair: fair) { [monotonic, admin.pttl("#{prefix}k")] }
+        end
+        eventually { queued("k") == 2 }
+        released_at = monotonic
+        expect(holder.release).to be(true) # handed to the stopped process, first in the queue
+        handed = [admin.get("#{prefix}k"), admin.pttl("#{prefix}k")]
+        entered_at, next_pttl = next_waiter.value
+        stopped.kill(:CONT)
+        expect(stopped.gets).to eq("in") # it finds the hand-off lapsed, and queues again
+        stopped.puts "go"
+
+        expect(handed).to match([satisfy { |token| token && token != holder.token }, be_between(1, 2_000)])
+        expect(entered_at - released_at).to be_between(1.5, 3.5)
+        expect(next_pttl).to be_within(1_000).of(30_000)
+        expect(stopped.gets).to eq("lost=false")
+        expect(held_keys(admin, "#{prefix}*")).to eq([])
+      end
+    end
+
+    it "lets Lock#refresh on a lock handed over have the last word: nothing sets its TTL behind the caller's back" do
+      l = locker(pool_size: 2)
+      holder = l.try_lock("k", timeout: 30)
+      waiter = Thread.new { l.lock("k", timeout: 30) }
+      eventually { queued("k") == 1 }
+      holder.release
+      handle = waiter.value
+      expect(handle.refresh(60)).to be(true)
+      sleep 1.5 # past half the hand-off's 2 s
+
+      expect(admin.pttl("#{prefix}k")).to be > 55_000
+      expect(handle.release).to be(true)
+    end
   end
 
   it "shares one subscriber connection between all waiting threads of a Locker" do

@@ -92,6 +92,20 @@ RSpec.describe "min_replicas", :topology do
       expect(got_at - resumed_at).to be_between(0, 1.0)
       expect(held_keys(primary, "#{prefix}*")).to eq([])
     end
+
+    it "extends a lock handed to a waiter to the waiter's timeout, acknowledged, before its block runs" do
+      await_acknowledgements(set)
+      locker = replicated_locker
+      primary = client_of(set.primary)
+      replica = client_of(set.replica)
+      holder = locker_of(set).try_lock("k", timeout: 30)
+      waiter = Thread.new { locker.blocking_lock("k", timeout: 10) { replica.pttl(full("k")) } }
+      eventually { primary.zcard(queue_key(full("k"))) == 1 }
+      expect(holder.release).to be(true) # handed to the waiter: 2 s, until it extends it
+
+      expect(waiter.value).to be_within(1_000).of(10_000)
+      expect(held_keys(primary, "#{prefix}*")).to eq([])
+    end
   end
 
   describe "with the replica paused (SIGSTOP)" do

@@ -158,7 +158,8 @@ RSpec.describe "The Sidekiq Web Locks tab", order: :defined do
 
     acquired = JSON.parse(@holders.gets || raise("the holders' process died"))
     expect(acquired).to include("acquired" => "report:daily", "report_owned" => false)
-    # A handed-over lock lives a short lease until its new holder extends it to its own timeout (60 s).
+    # The waiter's attempt takes the freed lock for 2 s at most; it extends it to its own timeout
+    # (60 s) before its block runs.
     eventually(timeout: 10) { admin.lock("report:daily").holders.first.ttl > 10 }
     @browser.driver.navigate.refresh # the page again (a GET: the POST redirected), once the waiter took it
     screenshot("released")

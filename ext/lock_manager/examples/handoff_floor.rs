@@ -6,8 +6,8 @@
 //!
 //!     cargo run --release --example handoff_floor -- redis://127.0.0.1:6380/0 key threads turns hold_ms start_at [fair]
 //!
-//! A lock handed over to a waiter comes with the hand-off's 2 s TTL; the gem extends it halfway to
-//! that, in the background, so with turns of a few ms neither the gem nor this floor ever does.
+//! A lock handed over to a waiter comes with the hand-off's 2 s TTL; `acquire_until` extends it to
+//! the waiter's 30 s before it returns (one round trip), here as in the gem.
 //!
 //! Prints one line per worker: `worker <finished at, Unix seconds> <wait> <wait> ...` (seconds
 //! from calling acquire to holding the lock; bench/handoff.rb reads them).

@@ -1,7 +1,7 @@
 //! A held lock: the core it came from, its key and token, its fencing token, and the lease that
-//! keeps it (renewal, or the one extension of a lock handed over). Every call acts only while its
-//! token still holds the key, and only in the process that took it: a child forked while it was
-//! held never releases, refreshes or renews its parent's lock.
+//! renews it (`renew: true`). Every call acts only while its token still holds the key, and only
+//! in the process that took it: a child forked while it was held never releases, refreshes or
+//! renews its parent's lock.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -31,8 +31,8 @@ pub struct Lock {
 }
 
 impl Lock {
-    /// A lock just acquired for `request`, its lease started when it needs one: renewal, or the
-    /// extension of a lock a release handed over with a TTL shorter than the request's.
+    /// A lock just acquired for `request`, with the request's TTL; its lease started when it is
+    /// renewed.
     pub fn new(
         core: &Arc<LockCore>,
         key: Vec<u8>,
@@ -41,14 +41,13 @@ impl Lock {
         request: Request,
     ) -> Lock {
         let taken = Instant::now();
-        let lease = (request.renewal.is_on() || acquired.expires_early.is_some()).then(|| {
+        let lease = request.renewal.is_on().then(|| {
             Lease::start(LeaseTerms {
                 core: Arc::clone(core),
                 key: key.clone(),
                 token: token.clone(),
                 request,
                 taken,
-                expires_early: acquired.expires_early,
             })
         });
         // Valid for its TTL, or renewed up to its cap (never past it); uncapped: until released.
@@ -108,15 +107,11 @@ impl Lock {
         self.core.owned(&self.key, &self.token, interrupt)
     }
 
-    /// Resets the TTL to `ttl_ms`; a pending extension of a lock handed over is dropped (it would
-    /// overwrite this), a renewal goes on. False when the lock expired or changed hands, and in a
-    /// child process.
+    /// Resets the TTL to `ttl_ms`; a renewal goes on. False when the lock expired or changed
+    /// hands, and in a child process.
     pub fn refresh(&self, ttl_ms: u64, interrupt: &Interrupt) -> Result<bool, LockError> {
         if !self.is_here() {
             return Ok(false);
-        }
-        if !self.request.renewal.is_on() {
-            self.stop_renewal();
         }
         let limit = self.request.limit;
         let sent = Instant::now();

@@ -24,7 +24,7 @@ use crate::scripts::{
 };
 use crate::subscriber::{Registration, Subscriber};
 use crate::token;
-use crate::wait::{judge_handoff, next_pause, Backoff, HandedOver, HEARTBEAT, HEARTBEAT_MS};
+use crate::wait::{handoff_is_short, next_pause, Backoff, HEARTBEAT_MS};
 
 pub struct LockSettings {
     pub pool: PoolSettings,
@@ -81,10 +81,6 @@ static NEXT_HOLD: AtomicU64 = AtomicU64::new(0);
 #[derive(Debug)]
 pub struct Acquisition {
     pub fencing_token: FencingToken,
-    /// Set when a release handed the lock over with the hand-off's TTL, shorter than the
-    /// claim's: the lock lasts until this instant at least, and must be extended before it
-    /// (see `renewal.rs`).
-    pub expires_early: Option<Instant>,
     /// The token that holds the lock when it is not the claim's: a wait whose attempt was cut
     /// short (and undone) goes on with a fresh one, so that the late undo cannot release it.
     pub new_token: Option<String>,
@@ -98,7 +94,6 @@ impl Acquisition {
     pub fn for_claimed_ttl(fencing_token: FencingToken) -> Self {
         Acquisition {
             fencing_token,
-            expires_early: None,
             new_token: None,
             contended: false,
         }
@@ -347,14 +342,17 @@ impl LockCore {
             token: &waiter.token,
             request: *request,
         };
-        // With `min_replicas` a hand-off is confirmed by an attempt of our own, which writes and
-        // is acknowledged (`WAIT` counts a connection's writes, and every one before them).
-        if let Some(handed) = waiter
+        // A release's message (through the subscriber, or the reply to a release by this
+        // process) that handed the lock to this token after the attempt that queued it. With
+        // `min_replicas` an attempt of our own confirms instead, which writes and is acknowledged
+        // (`WAIT` counts a connection's writes, and every one before them).
+        if let Some(fencing_token) = waiter
             .queued_at
-            .and_then(|at| handed_over(&mine, at, interrupt))
+            .and_then(|_| interrupt.waker().take_handed())
             .filter(|_| self.replication.is_none())
         {
-            return Ok(Step::Taken(handed));
+            let extended = self.extend_handed(&mine, keys, interrupt)?;
+            return Ok(waiter.handed(fencing_token, extended));
         }
         if !request.fair && waiter.queued_attempts == 0 {
             if let Some(fencing_token) = self.try_acquire(&mine, interrupt)? {
@@ -369,11 +367,8 @@ impl LockCore {
         Ok(match attempt {
             // Taken by an attempt of a queued waiter: for the heartbeat at most (see wait.lua).
             Attempt::Acquired(fencing_token) if again => {
-                let grant = request.ttl().min(HEARTBEAT);
-                Step::Taken(Acquisition {
-                    expires_early: (grant < request.ttl()).then_some(sent + grant),
-                    ..Acquisition::for_claimed_ttl(fencing_token)
-                })
+                let extended = self.extend_handed(&mine, keys, interrupt)?;
+                waiter.handed(fencing_token, extended)
             }
             Attempt::Acquired(fencing_token) => {
                 Step::Taken(Acquisition::for_claimed_ttl(fencing_token))
@@ -426,6 +421,42 @@ impl LockCore {
         };
         let undo = (!queued).then_some(&undo as Undo);
         self.scripted_attempt(claim, keys, wait, wait_args, undo, interrupt)
+    }
+
+    /// Extends a lock just handed to `claim.token` with the hand-off's short TTL to the claim's
+    /// own, before it counts as taken: false when the hand-off lapsed first (the waiter stalled
+    /// past it). An extension cut short may still run: the release written after it on its
+    /// connection hands the lock on, lest a waiter that then gave up hold it for its full TTL.
+    /// With `min_replicas` it counts once acknowledged, as an acquisition does (a failover must
+    /// keep the lock for its whole TTL, not the hand-off's); unacknowledged, the lock is released.
+    fn extend_handed(
+        &self,
+        claim: &Claim,
+        keys: &LockKeys,
+        interrupt: &Interrupt,
+    ) -> Result<bool, LockError> {
+        if !handoff_is_short(claim.request.ttl()) {
+            return Ok(true);
+        }
+        let (token, ttl) = (claim.token.as_bytes(), claim.request.ttl_ms.to_string());
+        let limit = claim.request.limit.to_string();
+        let (extend, release, release_len) = match claim.request.is_shared() {
+            true => (&*REFRESH_SHARED, &*RELEASE_SHARED, 3),
+            false => (&*REFRESH, &*RELEASE, 2),
+        };
+        let release_args = [token, HEARTBEAT_MS.as_bytes(), limit.as_bytes()];
+        let undo = |conn: &mut redis::Connection| {
+            release.send_after(conn, &keys.all(), &release_args[..release_len]);
+        };
+        let (extended, acknowledged) =
+            self.round_trip(&keys.lock, interrupt, Some(&undo), |conn, _| {
+                let extended = extend.run::<i64>(conn, &[&keys.lock], &[token, ttl.as_bytes()])?;
+                Ok((extended == 1, self.acknowledged_if(extended == 1, conn)?))
+            })?;
+        if extended {
+            self.check_replicated(claim, acknowledged)?;
+        }
+        Ok(extended)
     }
 
     /// Runs a script of one attempt (`{1, fencing token}` when taken, see `attempt_from`) and,
@@ -725,23 +756,6 @@ impl LockCore {
     }
 }
 
-/// The lock, when a release's message (through the subscriber, or the reply to a release by this
-/// process) said it was handed to `claim.token` after `queued_at`, when the attempt that queued
-/// us was sent, and that is recent enough to trust (`wait::judge_handoff`). `None`: not handed
-/// over, or too long ago to tell; an attempt will confirm.
-fn handed_over(claim: &Claim, queued_at: Instant, interrupt: &Interrupt) -> Option<Acquisition> {
-    let fencing_token = interrupt.waker().take_handed()?;
-    match judge_handoff(claim.request.ttl(), queued_at.elapsed()) {
-        HandedOver::Confirm => None,
-        HandedOver::Trusted { expires_early } => Some(Acquisition {
-            fencing_token,
-            expires_early: expires_early.map(|after| queued_at + after),
-            new_token: None,
-            contended: true,
-        }),
-    }
-}
-
 /// The scripts of a queued attempt and of leaving the queue, and how many ARGV leaving takes.
 fn queue_scripts(request: &Request) -> (&'static LuaScript, &'static LuaScript, usize) {
     if request.is_shared() {
@@ -782,6 +796,20 @@ struct Waiter {
 }
 
 impl Waiter {
+    /// A lock handed to this waiter with `fencing_token`: taken once `extended` to its TTL. A
+    /// hand-off that lapsed first (the waiter stalled past it) also cost the waiter its place:
+    /// it queues again at once.
+    fn handed(&mut self, fencing_token: FencingToken, extended: bool) -> Step {
+        if extended {
+            return Step::Taken(Acquisition::for_claimed_ttl(fencing_token));
+        }
+        self.queued = false;
+        self.queued_at = None;
+        Step::Held {
+            retry_in: Some(Duration::ZERO),
+        }
+    }
+
     /// Goes on with a fresh token: the undo of the attempt just cut short may still reach Redis
     /// after a later attempt, and must find nothing of this token's to undo.
     fn renew_token(&mut self, core: &LockCore, keys: &LockKeys, limit: u32, interrupt: &Interrupt) {

@@ -1,8 +1,6 @@
 //! Lease renewal (`renew: true`): one background thread per process keeps every renewed lock
 //! alive while its holder works, extending its TTL every third of it, only while its token
-//! still holds the key, and never past `max_hold`. The same thread extends a lock that a release
-//! handed over with the hand-off's short TTL to the TTL its new holder asked for, once, halfway
-//! to that early expiry: a holder that is done sooner never needs it.
+//! still holds the key, and never past `max_hold`.
 //!
 //! The thread runs no Ruby code and never holds the GVL. It renews one lease at a time, outside
 //! the lock that guards the list, so taking or ending a lease never waits for Redis.
@@ -26,13 +24,10 @@ pub struct LeaseTerms {
     pub core: Arc<LockCore>,
     pub key: Vec<u8>,
     pub token: String,
-    /// Its TTL, limit and renewal: renewed until stopped (`Renewal::UntilReleased`), never past
-    /// `max_hold` after `taken` (`Renewal::Capped`), or, off, only a lock handed over is
-    /// extended, once.
+    /// Its TTL, limit and renewal: renewed until stopped (`Renewal::UntilReleased`), or never
+    /// past `max_hold` after `taken` (`Renewal::Capped`).
     pub request: Request,
     pub taken: Instant,
-    /// When a lock handed over expires unless extended (`Acquisition::expires_early`).
-    pub expires_early: Option<Instant>,
 }
 
 impl LeaseTerms {
@@ -42,10 +37,6 @@ impl LeaseTerms {
 
     fn hold_until(&self) -> Option<Instant> {
         self.request.renewal.hold_until(self.taken)
-    }
-
-    fn keep_renewing(&self) -> bool {
-        self.request.renewal.is_on()
     }
 }
 
@@ -84,16 +75,15 @@ struct Renewer {
 struct Schedule {
     renewals: Vec<Scheduled>,
     /// When the renewer's thread looks at `renewals` next (`None`: only when told). A renewal
-    /// due later needs no wake-up: every lock handed over to a waiter starts one, and waking the
-    /// thread for each cost a context switch per hand-off.
+    /// due later needs no wake-up: waking the thread for each lease started would cost a context
+    /// switch per renewed lock cycle.
     looks_at: Option<Instant>,
 }
 
 static RENEWER: PerProcess<Renewer> = PerProcess::new();
 
 impl Lease {
-    /// Starts renewing a lock just acquired (with a TTL of `terms.ttl`, or until
-    /// `terms.expires_early`).
+    /// Starts renewing a lock just acquired with a TTL of `terms.ttl`.
     pub fn start(terms: LeaseTerms) -> Lease {
         let (renewer, created) = RENEWER.get_or_create(Renewer::default);
         if created {
@@ -108,10 +98,7 @@ impl Lease {
         }
         let state = Arc::new(LeaseState::default());
         let now = Instant::now();
-        let (due, expires) = match terms.expires_early {
-            Some(expires) => (now + expires.saturating_duration_since(now) / 2, expires),
-            None => (now + terms.ttl() / 3, now + terms.ttl()),
-        };
+        let (due, expires) = (now + terms.ttl() / 3, now + terms.ttl());
         let renewal = Scheduled {
             due,
             expires,
@@ -202,8 +189,7 @@ impl Renewer {
     }
 }
 
-/// One renewal; `None` when the lease is over (lost, `max_hold` reached and expired, or the one
-/// extension of a lock handed over done).
+/// One renewal; `None` when the lease is over (lost, or `max_hold` reached and expired).
 fn renew(mut renewal: Scheduled) -> Option<Scheduled> {
     let now = Instant::now();
     let terms = &renewal.terms;
@@ -228,7 +214,6 @@ fn renew(mut renewal: Scheduled) -> Option<Scheduled> {
         terms.request.limit,
         &interrupt,
     ) {
-        Ok(true) if !terms.keep_renewing() => None,
         Ok(true) => {
             lease_events::record(|| LeaseEvent::Renewed {
                 key: renewal.terms.key.clone(),

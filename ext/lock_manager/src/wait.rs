@@ -28,33 +28,13 @@ pub fn next_pause(listening: bool, retry_in: Option<Duration>, backoff: &mut Bac
     }
 }
 
-/// A lock handed over by a release is taken on the word of the release's message only while
-/// the attempt that queued its waiter was sent less than this share of the hand-off's TTL ago:
-/// the lock then stays valid for at least the rest. Otherwise the waiter confirms with a round
-/// trip, which also resets the TTL.
-const TRUSTED_SHARE_OF_HANDOFF: u32 = 2;
-
-/// Whether a waiter may take a lock handed to it on the release's word alone.
-#[derive(Debug, PartialEq)]
-pub enum HandedOver {
-    /// Too long since the attempt that queued it: an attempt must confirm.
-    Confirm,
-    /// Taken. A release hands the lock over with a TTL of at most `HEARTBEAT`: when that is
-    /// shorter than the waiter's own TTL, `expires_early` says how long after the queueing
-    /// attempt it runs out unless extended (`renewal.rs` extends it).
-    Trusted { expires_early: Option<Duration> },
-}
-
-/// Judges a hand-off to a waiter asking for `ttl`, whose queueing attempt was sent
-/// `since_queued` ago.
-pub fn judge_handoff(ttl: Duration, since_queued: Duration) -> HandedOver {
-    let handoff_ttl = ttl.min(HEARTBEAT);
-    if since_queued >= handoff_ttl / TRUSTED_SHARE_OF_HANDOFF {
-        return HandedOver::Confirm;
-    }
-    HandedOver::Trusted {
-        expires_early: (handoff_ttl < ttl).then_some(handoff_ttl),
-    }
+/// Whether a lock handed to a waiter that asks for `ttl` lives less than that. A release that
+/// hands it over, and a queued attempt of the waiter's own (a copy of which Redis may run after
+/// the waiter gave up), grant it `HEARTBEAT` at most: a waiter that died or left meanwhile holds
+/// the line no longer than its place in the queue would have lasted. The waiter extends such a
+/// lock to `ttl` before it counts as taken (`LockCore::extend_handed`).
+pub fn handoff_is_short(ttl: Duration) -> bool {
+    ttl > HEARTBEAT
 }
 
 /// The first pause: short, so a lock released soon after is taken almost at once.
@@ -99,33 +79,12 @@ mod tests {
     }
 
     #[test]
-    fn a_recent_hand_off_is_trusted_and_extended_when_its_ttl_is_short() {
-        let recent = Duration::from_millis(100);
-        assert_eq!(
-            judge_handoff(Duration::from_secs(30), recent),
-            HandedOver::Trusted {
-                expires_early: Some(HEARTBEAT)
-            }
-        );
-        // A TTL under the hand-off's: the lock already has the TTL the waiter asked for.
-        assert_eq!(
-            judge_handoff(Duration::from_millis(500), recent),
-            HandedOver::Trusted {
-                expires_early: None
-            }
-        );
-    }
-
-    #[test]
-    fn a_hand_off_too_long_after_queueing_is_confirmed() {
-        assert_eq!(
-            judge_handoff(Duration::from_secs(30), HEARTBEAT / 2),
-            HandedOver::Confirm
-        );
-        assert_eq!(
-            judge_handoff(Duration::from_millis(500), Duration::from_millis(250)),
-            HandedOver::Confirm
-        );
+    fn only_a_ttl_above_the_heartbeat_outlives_a_hand_off() {
+        assert!(handoff_is_short(Duration::from_secs(30)));
+        assert!(handoff_is_short(HEARTBEAT + Duration::from_millis(1)));
+        // Granted the TTL the waiter asked for: nothing to extend.
+        assert!(!handoff_is_short(HEARTBEAT));
+        assert!(!handoff_is_short(Duration::from_millis(500)));
     }
 
     #[test]

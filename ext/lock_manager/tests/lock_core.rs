@@ -212,8 +212,37 @@ fn blocking_acquire_waits_for_a_release_and_gives_up_at_the_deadline() {
     assert!(core.owned(b"k", "waiter", &never()).unwrap());
 }
 
+/// How many waiters the queue of `key` holds.
+fn queued(admin: &mut redis::Connection, key: &[u8]) -> i64 {
+    let queue = KeySpace::new(b"t:").unwrap().lock_keys(key).queue;
+    redis::cmd("ZCARD").arg(queue).query(admin).unwrap()
+}
+
+/// Runs `acquire_until` of `claim` on another thread and, once it is queued, `release`; returns
+/// what the wait returned.
+fn handed_over(
+    core: &LockCore,
+    admin: &mut redis::Connection,
+    claim: &Claim,
+    release: impl FnOnce(),
+) -> lock_manager::Acquisition {
+    thread::scope(|scope| {
+        let waiter = scope.spawn(|| {
+            let started = Instant::now();
+            let deadline = started + Duration::from_secs(5);
+            core.acquire_until(claim, started, deadline, &never())
+                .unwrap()
+        });
+        while queued(admin, claim.key) != 1 && !waiter.is_finished() {
+            thread::sleep(Duration::from_millis(5));
+        }
+        release();
+        waiter.join().unwrap()
+    })
+}
+
 #[test]
-fn a_waiter_handed_the_lock_takes_it_on_the_release_message_alone() {
+fn a_waiter_handed_the_lock_extends_it_to_its_own_ttl_before_it_returns() {
     let server = RedisServer::start();
     let core = core(&server.url(), 4);
     let mut admin = server.client();
@@ -221,43 +250,52 @@ fn a_waiter_handed_the_lock_takes_it_on_the_release_message_alone() {
         .try_acquire(&claim(b"k", "holder", 10_000, 1), &never())
         .unwrap()
         .unwrap();
-    let (acquired, released_at) = thread::scope(|scope| {
-        let waiter = scope.spawn(|| {
-            let started = Instant::now();
-            let deadline = started + Duration::from_secs(5);
-            core.acquire_until(
-                &claim(b"k", "waiter", 10_000, 1),
-                started,
-                deadline,
-                &never(),
-            )
-            .unwrap()
-        });
-        let mut queued = || {
-            redis::cmd("ZCARD")
-                .arg(KeySpace::new(b"t:").unwrap().lock_keys(b"k").queue)
-                .query::<i64>(&mut admin)
-        };
-        while queued().unwrap() != 1 {
-            thread::sleep(Duration::from_millis(5));
-        }
-        let released_at = Instant::now();
+    let acquired = handed_over(&core, &mut admin, &claim(b"k", "waiter", 10_000, 1), || {
         assert!(core.release(b"k", "holder", 1, &never()).unwrap());
-        (waiter.join().unwrap(), released_at)
     });
     assert!(acquired.fencing_token > holder);
     assert!(core.owned(b"k", "waiter", &never()).unwrap());
-    // No round trip of its own: the lock still has the release's hand-off TTL (2 s), not the
-    // waiter's 10 s, and the waiter knows by when it must extend it.
+    // The release handed it over for 2 s; the waiter returns once it lives the 10 s it asked for.
     let pttl: i64 = redis::cmd("PTTL").arg("t:k").query(&mut admin).unwrap();
-    assert!((1..=2_000).contains(&pttl), "{pttl}");
-    let expires = acquired
-        .expires_early
-        .expect("a lock handed over expires early");
-    assert!(
-        expires > released_at + Duration::from_secs(1)
-            && expires <= released_at + Duration::from_secs(2)
-    );
+    assert!((9_000..=10_000).contains(&pttl), "{pttl}");
+}
+
+#[test]
+fn a_queued_waiter_that_takes_a_lock_which_expired_extends_it_to_its_own_ttl() {
+    let server = RedisServer::start();
+    let core = core(&server.url(), 2);
+    let mut admin = server.client();
+    core.try_acquire(&claim(b"k", "holder", 300, 1), &never())
+        .unwrap()
+        .unwrap();
+    // Nobody releases: the waiter's queued attempt takes the lock once it expired, for 2 s.
+    handed_over(&core, &mut admin, &claim(b"k", "waiter", 10_000, 1), || ());
+    let pttl: i64 = redis::cmd("PTTL").arg("t:k").query(&mut admin).unwrap();
+    assert!((9_000..=10_000).contains(&pttl), "{pttl}");
+}
+
+#[test]
+fn a_waiter_handed_a_permit_extends_it_to_its_own_ttl_before_it_returns() {
+    let server = RedisServer::start();
+    let core = core(&server.url(), 4);
+    let mut admin = server.client();
+    for holder in ["a", "b"] {
+        core.try_acquire(&claim(b"s", holder, 10_000, 2), &never())
+            .unwrap()
+            .unwrap();
+    }
+    handed_over(&core, &mut admin, &claim(b"s", "waiter", 20_000, 2), || {
+        assert!(core.release(b"s", "a", 2, &never()).unwrap());
+    });
+    // The permit's expiry (Redis time, ms) is its score.
+    let expiry: f64 = redis::cmd("ZSCORE")
+        .arg("t:s")
+        .arg("waiter")
+        .query(&mut admin)
+        .unwrap();
+    let (seconds, micros): (f64, f64) = redis::cmd("TIME").query(&mut admin).unwrap();
+    let left = expiry - (seconds * 1_000.0 + (micros / 1_000.0).floor());
+    assert!((19_000.0..=20_000.0).contains(&left), "{left}");
 }
 
 #[test]
