@@ -8,7 +8,7 @@ require "lock_manager"
 require "lock_manager/admin"
 
 module LockManager
-  # The "Locks" tab of Sidekiq's Web UI (Sidekiq 6.4 and 7.x): every lock with its holders and
+  # The "Locks" tab of Sidekiq's Web UI (Sidekiq 6.4, 7.x and 8.x): every lock with its holders and
   # waiters, a search by pattern, a lock's page, and a force-release button behind Sidekiq's own CSRF
   # protection. `require "lock_manager/web"` registers it; mount Sidekiq::Web as usual. See docs/web.md.
   module Web
@@ -17,6 +17,8 @@ module LockManager
     LOCALES = File.join(ROOT, "locales")
     # The list shows at most this many locks; a narrower pattern finds the others.
     LIST_LIMIT = 500
+    # What Sidekiq 7 and 8 register: the tab, its route, and ROOT's locales.
+    TAB = { name: "lock_manager", tab: "Locks", index: "locks", root_dir: ROOT }.freeze
     TEMPLATES = %w[locks lock].to_h { |name| [name, File.read(File.join(VIEWS, "#{name}.erb")).freeze] }.freeze
 
     class << self
@@ -29,12 +31,12 @@ module LockManager
         @admin || Admin.new
       end
 
-      # The source of a view, rendered by Sidekiq's own `erb` (with its layout) on 6.4 and 7.x alike.
+      # The source of a view, rendered by Sidekiq's own `erb` (with its layout) on 6.4, 7.x and 8.x alike.
       def template(name)
         TEMPLATES.fetch(name.to_s)
       end
 
-      # Called by Sidekiq::Web.register: the routes, on Sidekiq's own WebApplication.
+      # Called back by Sidekiq's register: the routes, on Sidekiq's own web application class.
       def registered(app)
         app.helpers Helpers
         app.get("/locks") do
@@ -48,14 +50,19 @@ module LockManager
         app.post("/locks/release") { lock_manager_release }
       end
 
-      # Adds the tab: Sidekiq 7's register takes the tab and the locales; 6.4's only the routes.
+      # Adds the tab through the API this Sidekiq has: `Web.configure { |config| config.register(...) }`
+      # on 8 (its `Web.register` is deprecated) and on the 7.3 releases that have it; else 7's
+      # `Web.register` with the tab and locales; else 6's, which takes the routes alone.
       def register
-        if ::Sidekiq::Web.method(:register).parameters.any? { |_kind, name| name == :tab }
-          ::Sidekiq::Web.register(self, name: "lock_manager", tab: "Locks", index: "locks", root_dir: ROOT)
+        web = ::Sidekiq::Web
+        if web.respond_to?(:configure)
+          web.configure { |config| config.register(self, **TAB) }
+        elsif web.method(:register).parameters.any? { |_kind, name| name == :tab }
+          web.register(self, **TAB)
         else
-          ::Sidekiq::Web.register(self)
-          ::Sidekiq::Web.tabs["Locks"] = "locks"
-          ::Sidekiq::Web.locales << LOCALES unless ::Sidekiq::Web.locales.include?(LOCALES)
+          web.register(self)
+          web.tabs["Locks"] = "locks"
+          web.locales << LOCALES unless web.locales.include?(LOCALES)
         end
       end
     end
@@ -100,8 +107,9 @@ module LockManager
         value.is_a?(String) && !value.empty? ? value : nil
       end
 
-      def lock_manager_sidekiq7?
-        ::Sidekiq::VERSION.to_i >= 7
+      # Whether this Sidekiq is `major` or newer: 7 and 8 each changed the layout's markup.
+      def lock_manager_sidekiq?(major)
+        ::Sidekiq::VERSION.to_i >= major
       end
 
       # A key (arbitrary bytes) as escaped HTML text: invalid UTF-8 and control bytes shown as \xNN.

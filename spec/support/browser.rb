@@ -65,10 +65,11 @@ class Browser
     nil
   end
 
-  # The height of the page's content, and of a footer fixed at the bottom (Sidekiq's).
+  # The height of the page's content, and of a footer fixed at the bottom (Sidekiq's: 6.4 and 7's navbar,
+  # 8's <footer>).
   CONTENT_HEIGHT = <<~JS
     const page = document.querySelector("#page .container") || document.body;
-    const footer = document.querySelector(".navbar-fixed-bottom");
+    const footer = document.querySelector(".navbar-fixed-bottom") || document.querySelector("body > footer");
     return page.getBoundingClientRect().bottom + window.scrollY + (footer ? footer.offsetHeight : 0) + 24;
   JS
 

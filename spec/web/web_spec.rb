@@ -2,6 +2,7 @@
 
 require "spec_helper"
 require "base64"
+require "cgi"
 require "json"
 require "rbconfig"
 require "lock_manager/admin"
@@ -128,16 +129,30 @@ RSpec.describe "The Sidekiq Web Locks tab", order: :defined do
     expect(@browser.find("#lock-manager-holders").text).to include(@ready.fetch("odd"))
   end
 
-  it "refuses a release posted without Sidekiq's CSRF token" do
+  # Sidekiq's own CSRF protection: 6.4 and 7 want the form's token of the session, 8 the browser's
+  # Sec-Fetch-Site: same-origin.
+  it "refuses a release the tab's own page did not post" do
     before = admin.lock("report:daily").holders.map(&:token)
-    @browser.visit(@web.url("/locks")) # a session of the browser's own, with its CSRF secret
+    # No browser's request: no token, no Sec-Fetch-Site.
     expect(@web.post("/locks/release?key=report%3Adaily", {}).code).to eq("403")
-    # With the browser's own session cookie, and a token that is not the session's.
-    cookie = "lock_manager.web.session=#{@browser.cookie("lock_manager.web.session")}"
-    expect(@browser.cookie("lock_manager.web.session")).not_to be_nil
-    expect(@web.post("/locks/release?key=report%3Adaily", {}, cookie: cookie).code).to eq("403")
-    forged = { "authenticity_token" => Base64.strict_encode64(SecureRandom.bytes(64)) }
-    expect(@web.post("/locks/release?key=report%3Adaily", forged, cookie: cookie).code).to eq("403")
+
+    # A page of another site whose form posts to the tab, in the browser that has the tab's session.
+    @browser.visit(@web.url("/locks"))
+    form = "<form method='post' action='#{@web.url("/locks/release?key=report%3Adaily")}'>" \
+           "<input type='submit' id='attack'></form>"
+    @browser.visit("data:text/html,#{CGI.escape(form).gsub("+", "%20")}")
+    @browser.find("#attack").click
+    eventually { @browser.driver.current_url.start_with?("http://") && !@browser.text.empty? }
+    expect(@browser.text).to eq("Forbidden")
+
+    if @version.to_i < 8
+      # With the browser's own session cookie, and a token that is not the session's.
+      cookie = "lock_manager.web.session=#{@browser.cookie("lock_manager.web.session")}"
+      expect(@browser.cookie("lock_manager.web.session")).not_to be_nil
+      expect(@web.post("/locks/release?key=report%3Adaily", {}, cookie: cookie).code).to eq("403")
+      forged = { "authenticity_token" => Base64.strict_encode64(SecureRandom.bytes(64)) }
+      expect(@web.post("/locks/release?key=report%3Adaily", forged, cookie: cookie).code).to eq("403")
+    end
     expect(admin.lock("report:daily").holders.map(&:token)).to eq(before)
   end
 
