@@ -11,13 +11,29 @@ require_relative "lock_manager/reports"
 require_relative "lock_manager/events"
 require_relative "lock_manager/instrumentation"
 # The native library defines LockManager::Native and looks up the error classes above. A checkout
-# (and a precompiled gem) holds one per Ruby, in lock_manager/<major.minor>/; a gem compiled at
-# install time has the one it built beside this file.
-native = "lock_manager/#{RUBY_VERSION[/\A\d+\.\d+/]}/lock_manager"
+# and the precompiled gem (x86_64-linux) hold one per Ruby, in lock_manager/<major.minor>/; the source
+# gem compiles one at install time, which RubyGems puts on the load path as lock_manager/lock_manager.
+ruby_abi = RUBY_VERSION[/\A\d+\.\d+/]
+native = "lock_manager/#{ruby_abi}/lock_manager"
 if File.exist?(File.join(__dir__, "#{native}.#{RbConfig::CONFIG["DLEXT"]}"))
   require_relative native
 else
-  require "lock_manager/lock_manager"
+  begin
+    require "lock_manager/lock_manager"
+  rescue LoadError
+    carried = Dir[File.join(__dir__, "lock_manager", "*", "lock_manager.#{RbConfig::CONFIG["DLEXT"]}")]
+              .map { |path| File.basename(File.dirname(path)) }.sort_by { |abi| abi.split(".").map(&:to_i) }
+    raise if carried.empty? # a source gem or a checkout with no build: RubyGems' own message
+
+    # Not chained to the LoadError above (nor to RubyGems' own): this message says all there is.
+    raise LoadError, <<~MSG, cause: nil
+      lock_manager #{LockManager::VERSION} is precompiled for Ruby #{carried.join(", ")}, not for this Ruby #{RUBY_VERSION}
+      Install the source gem instead, which compiles the extension (it needs Rust's cargo 1.88 or newer, and libclang):
+        gem install lock_manager --platform ruby
+        or with Bundler: gem "lock_manager", force_ruby_platform: true (or: bundle config set force_ruby_platform true)
+      In a checkout of lock_manager: bundle exec rake compile
+    MSG
+  end
 end
 require_relative "lock_manager/lease_events"
 require_relative "lock_manager/claims"
