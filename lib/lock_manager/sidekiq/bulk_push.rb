@@ -7,6 +7,8 @@ module LockManager
     # jid becomes the one its lock was claimed for).
     class BulkPush
       SLICE = 1_000
+      # Sidekiq 8 spreads a bulk's jobs over `spread_interval` seconds, and never less than this.
+      MIN_SPREAD = 5
 
       # Prepended to Sidekiq::Client.
       module Client
@@ -45,16 +47,18 @@ module LockManager
 
       def initialize(items, klass, options)
         @locks = items["args"].map { |job_args| lock_for(items, klass, options, job_args) }
-        @index = {}.compare_by_identity
-        items["args"].each_with_index { |job_args, index| @index[job_args] = index }
-        @holders = claim(items["at"])
+        @holders = claim(scheduled_at(items))
         @taken = []
+        # push_bulk hands each job's own arguments Array to the middleware, in order: an Array listed
+        # twice (`args * 2`) is found at its first index, then at its second.
+        @indexes = {}.compare_by_identity
+        items["args"].each_with_index { |job_args, index| (@indexes[job_args] ||= []) << index }
       end
 
       # @return [Array(JobLock, String), nil] the job's lock and, when another holds it, the holder;
       #   nil for a job this bulk did not claim (another middleware replaced its arguments)
       def take(job)
-        index = @index[job["args"]] or return
+        index = @indexes[job["args"]]&.shift or return
 
         job["jid"] = @locks[index].token unless job["wrapped"]
         @taken[index] = true
@@ -70,9 +74,20 @@ module LockManager
 
       private
 
-      def claim(at)
-        scheduled = @locks.each_index.map { |index| at.is_a?(Array) ? at[index] : at }
+      def claim(scheduled)
         @locks.each_slice(SLICE).zip(scheduled.each_slice(SLICE)).flat_map { |locks, ats| JobLock.claim(locks, ats) }
+      end
+
+      # Each job's scheduled time: "at", one for all or one per job (Sidekiq 8 also takes :at).
+      def scheduled_at(items)
+        at = items["at"] || items[:at] || latest_spread(items)
+        @locks.each_index.map { |index| at.is_a?(Array) ? at[index] : at }
+      end
+
+      # With Sidekiq 8's spread_interval, the latest time it may pick for a job.
+      def latest_spread(items)
+        spread = items["spread_interval"] || items[:spread_interval]
+        Time.now.to_f + [spread, MIN_SPREAD].max if spread.is_a?(Numeric) && spread.positive?
       end
 
       # A wrapped ActiveJob is held by its job_id; a Sidekiq job by the jid it is about to get.
