@@ -230,6 +230,33 @@ RSpec.describe LockManager::Worker do
       expect(redis.exists?("#{prefix}long")).to be(false)
     end
 
+    # Sidekiq 7.1+ ends a job's retries `retry_for` seconds after its first failure (and at max_retries,
+    # on 7); Sidekiq 8 no longer counts them then. 6.4 knows only the count.
+    describe "a failed :until_executed job with retry_for" do
+      let(:klass) { job_class("RetriedForJob") { lock_with :until_executed, unique_for: 60 } }
+
+      def fail_once(job)
+        expect { middleware.call(klass.new, job, "default") { raise "boom" } }.to raise_error("boom")
+        redis.pttl("#{prefix}#{LockManager::Sidekiq::Jobs.job_lock(job, klass).key}")
+      end
+
+      # failed_at as the running Sidekiq stores it: epoch milliseconds on 8, seconds on 7.
+      def failed_at(seconds_ago)
+        at = Time.now.to_f - seconds_ago
+        Sidekiq::VERSION.to_i >= 8 ? (at * 1_000).to_i : at
+      end
+
+      it "keeps the lock past max_retries while retry_for lasts, on Sidekiq 8 (7 and 6.4 stop at the count)" do
+        ttl = fail_once(job_hash(klass, 1, retry: true, retry_count: 30, retry_for: 3_600, failed_at: failed_at(60)))
+        expect(ttl).to(Sidekiq::VERSION.to_i >= 8 ? be > 60_000 : eq(-2))
+      end
+
+      it "releases the lock once retry_for has passed, retries left or not (Sidekiq 7.1+; 6.4 ignores it)" do
+        ttl = fail_once(job_hash(klass, 2, retry: true, retry_count: 1, retry_for: 3_600, failed_at: failed_at(7_200)))
+        expect(ttl).to(Gem::Version.new(Sidekiq::VERSION) >= Gem::Version.new("7.1") ? eq(-2) : be > 60_000)
+      end
+    end
+
     it "is registered once in a Sidekiq server by require \"lock_manager/sidekiq\"" do
       script = <<~RUBY
         require "sidekiq/cli" # what makes Sidekiq.server? true, as in a real server process
