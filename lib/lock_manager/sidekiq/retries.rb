@@ -11,12 +11,16 @@ module LockManager
       module_function
 
       # @return [Numeric, nil] seconds until the job's next try at the latest, 0 for a job Sidekiq
-      #   puts back in its queue (shutdown), nil when it gets none (no retry left, retry: false,
-      #   retry_for elapsed, sidekiq_retry_in said :discard or :kill)
+      #   puts back in its queue (shutdown, an interrupted iteration), nil when it gets none (no
+      #   retry left, retry: false, retry_for elapsed, sidekiq_retry_in said :discard or :kill)
       def seconds_to_next_try(klass, job, error)
         return 0 if caused_by?(error, "Sidekiq::Shutdown")
 
-        retry_in(klass, job, error)
+        seconds = retry_in(klass, job, error)
+        # An interrupted iteration (Sidekiq 7.3+) is pushed back at once by Sidekiq's
+        # InterruptHandler, with the same jid, whatever its retries; without that middleware it
+        # fails as any error does.
+        seconds || (0 if caused_by?(error, "Sidekiq::Job::Interrupted"))
       end
 
       # Seconds until Sidekiq's retry of a failed job is due at the latest, nil when none follows.

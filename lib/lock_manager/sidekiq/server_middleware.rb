@@ -12,27 +12,27 @@ module LockManager
         return yield unless lock
 
         ran = lock.run(retry_in: ->(error) { Retries.seconds_to_next_try(job_instance.class, job, error) }, &block)
-        conflict(job, lock) unless ran
+        conflict(job_instance, job, lock) unless ran
       end
 
       private
 
-      def conflict(job, lock)
+      def conflict(job_instance, job, lock)
         Instrumentation.conflict(lock, Jobs.class_name(job), job["jid"])
         case lock.options.on_conflict
         when "skip"
           held = lock.holder ? " by jid=#{lock.holder}" : ""
           Jobs.log("skipped #{Jobs.class_name(job)} jid=#{job["jid"]}: lock #{lock.held_key.inspect} is held#{held}")
         when "reschedule"
-          reschedule(job, lock)
+          reschedule(job_instance, job, lock)
         else
           raise LockManager::LockNotAcquired, lock.held_key
         end
       end
 
-      def reschedule(job, lock)
+      def reschedule(job_instance, job, lock)
         delay = jittered(lock.options.reschedule_in)
-        jid = ::Sidekiq::Client.push(copy_of(job, at: Time.now.to_f + delay))
+        jid = ::Sidekiq::Client.push(copy_of(job_instance, job, at: Time.now.to_f + delay))
         Jobs.log("rescheduled #{Jobs.class_name(job)} jid=#{job["jid"]} in #{delay.round(1)}s as jid=#{jid}: " \
                  "lock #{lock.held_key.inspect} is held")
       end
@@ -42,8 +42,12 @@ module LockManager
         seconds + (rand * seconds / 4)
       end
 
-      def copy_of(job, at:)
-        job.slice("class", "wrapped", "args", "queue", "retry", "lock_manager").merge("at" => at)
+      # The job pushed again for later. An iterable job (Sidekiq 7.3+) keeps its jid, under which
+      # Sidekiq saved its cursor: an interrupted iteration goes on where it stopped.
+      def copy_of(job_instance, job, at:)
+        kept = %w[class wrapped args queue retry lock_manager]
+        kept << "jid" if defined?(::Sidekiq::Job::Iterable) && job_instance.is_a?(::Sidekiq::Job::Iterable)
+        job.slice(*kept).merge("at" => at)
       end
     end
   end
