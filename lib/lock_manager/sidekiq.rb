@@ -11,6 +11,7 @@ require_relative "sidekiq/client_middleware"
 require_relative "sidekiq/server_middleware"
 require_relative "sidekiq/bulk_push"
 require_relative "sidekiq/deleted_jobs"
+require_relative "sidekiq/testing_runs"
 
 module LockManager
   # The Sidekiq integration (6.4 and 7.x): `require "lock_manager/sidekiq"` (or
@@ -30,13 +31,22 @@ module LockManager
     class << self
       # Adds the middlewares to Sidekiq's chains: the configuration's, every Sidekiq 7 capsule's
       # (each copies the chains when its first job runs, so a class loaded later must reach them
-      # too) and Sidekiq::Testing's. Idempotent: every `lock_with` calls it.
+      # too) and Sidekiq::Testing's (now, or when its first job runs: see TestingRuns). Idempotent:
+      # every `lock_with` calls it.
       def install
         install_middlewares
         [BulkPush::Client, FailedPush].each { |push| ::Sidekiq::Client.prepend(push) unless ::Sidekiq::Client <= push }
         [::Sidekiq::JobRecord, ::Sidekiq::SortedEntry].each do |api|
           api.prepend(DeletedJobs) unless api.instance_method(:delete).owner == DeletedJobs
         end
+        ::Sidekiq::Job::ClassMethods.prepend(TestingRuns) unless ::Sidekiq::Job::ClassMethods <= TestingRuns
+      end
+
+      # The server middleware in the chain of Sidekiq's testing modes, once they are loaded.
+      def install_testing
+        return unless defined?(::Sidekiq::Testing) && ::Sidekiq::Testing.respond_to?(:server_middleware)
+
+        ::Sidekiq::Testing.server_middleware { |chain| add(chain, ServerMiddleware) }
       end
 
       private
@@ -49,7 +59,7 @@ module LockManager
             add(holder.server_middleware, ServerMiddleware)
           end
         end
-        ::Sidekiq::Testing.server_middleware { |chain| add(chain, ServerMiddleware) } if defined?(::Sidekiq::Testing)
+        install_testing
       end
 
       # The configuration, and the Sidekiq 7 capsules that already copied its chains. A capsule
