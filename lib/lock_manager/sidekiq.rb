@@ -14,7 +14,7 @@ require_relative "sidekiq/deleted_jobs"
 require_relative "sidekiq/testing_runs"
 
 module LockManager
-  # The Sidekiq integration (6.4 and 7.x): `require "lock_manager/sidekiq"` (or
+  # The Sidekiq integration (6.4, 7.x and 8.x): `require "lock_manager/sidekiq"` (or
   # `include LockManager::Worker`) installs it.
   module Sidekiq
     # A capsule's own chains, where it has copied them already (nil otherwise: nothing to add to).

@@ -4,7 +4,7 @@ require_relative "../lock_manager"
 require_relative "job_options"
 
 module LockManager
-  # Locks a job, in Sidekiq (6.4, 7.x) or in ActiveJob (any adapter):
+  # Locks a job, in Sidekiq (6.4, 7.x, 8.x) or in ActiveJob (any adapter):
   #
   #   class MyWorker
   #     include LockManager::Worker
