@@ -53,6 +53,9 @@ module LockManager
 
       def install_middlewares
         ::Sidekiq.configure_client { |config| add(config.client_middleware, ClientMiddleware) }
+        # perform_inline runs a job in this process through the configuration's server chain, in a
+        # client as in a server: a unique job's lock, claimed by its push, is released by its run.
+        add(configuration.server_middleware, ServerMiddleware)
         ::Sidekiq.configure_server do |config|
           chains(config).each do |holder|
             add(holder.client_middleware, ClientMiddleware)
@@ -69,6 +72,11 @@ module LockManager
         config = ::Sidekiq if config.is_a?(Hash) # 6.4 yields its options Hash; its chains hang off Sidekiq
         capsules = config.respond_to?(:capsules) ? config.capsules.values : []
         [config, *capsules.map { |capsule| CopiedChains.new(capsule) }]
+      end
+
+      # Sidekiq 7 and 8's default configuration; 6.4 keeps its chains on Sidekiq itself.
+      def configuration
+        ::Sidekiq.respond_to?(:default_configuration) ? ::Sidekiq.default_configuration : ::Sidekiq
       end
 
       def add(chain, middleware)

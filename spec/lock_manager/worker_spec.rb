@@ -257,6 +257,27 @@ RSpec.describe LockManager::Worker do
       end
     end
 
+    it "runs perform_inline under the job's lock and releases it, outside a Sidekiq server" do
+      script = <<~RUBY
+        require "active_support/core_ext/string/inflections" # Sidekiq 6.4's perform_inline calls String#constantize
+        require "lock_manager/sidekiq"
+        LockManager.configure { |c| c.redis_url = ENV["REDIS_URL"]; c.key_prefix = ENV["PREFIX"] }
+        Sidekiq.configure_client { |c| c.redis = { url: ENV["REDIS_URL"] } }
+        class InlineJob
+          include LockManager::Worker
+          lock_with :until_executed, key: ->(id) { "inline:\#{id}" }, unique_for: 60
+          def perform(id) = ($held = LockManager::Locker.instance.locked?("inline:\#{id}"))
+        end
+        ran = InlineJob.perform_inline(1)
+        puts [ran, $held, LockManager::Locker.instance.locked?("inline:1"), !InlineJob.perform_async(1).nil?].inspect
+      RUBY
+      output, status = Open3.capture2e({ "REDIS_URL" => redis_url, "PREFIX" => prefix }, RbConfig.ruby,
+                                       "-I", File.expand_path("../../lib", __dir__), "-e", script)
+      expect(status).to be_success, output
+      # ran, held while it ran, free after it, so the next push is accepted
+      expect(output.lines.last.strip).to eq("[true, true, false, true]")
+    end
+
     it "is registered once in a Sidekiq server by require \"lock_manager/sidekiq\"" do
       script = <<~RUBY
         require "sidekiq/cli" # what makes Sidekiq.server? true, as in a real server process

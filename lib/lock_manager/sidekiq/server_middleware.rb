@@ -7,12 +7,20 @@ module LockManager
     class ServerMiddleware
       include ::Sidekiq::ServerMiddleware if defined?(::Sidekiq::ServerMiddleware)
 
-      def call(job_instance, job, _queue, &block)
+      # @return what the rest of the chain returned, as every middleware does (perform_inline takes a
+      #   falsy value for a job that did not run); nil when the job's lock was held
+      def call(job_instance, job, _queue)
         lock = Jobs.job_lock(job, job_instance.class)
         return yield unless lock
 
-        ran = lock.run(retry_in: ->(error) { Retries.seconds_to_next_try(job_instance.class, job, error) }, &block)
-        conflict(job_instance, job, lock) unless ran
+        value = nil
+        ran = lock.run(retry_in: ->(error) { Retries.seconds_to_next_try(job_instance.class, job, error) }) do
+          value = yield
+        end
+        return value if ran
+
+        conflict(job_instance, job, lock)
+        nil
       end
 
       private
