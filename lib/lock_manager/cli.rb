@@ -293,7 +293,7 @@ module LockManager
 
         # A key as it is when printable; quoted when binary or holding control characters or spaces.
         def key(key)
-          printable = key.encoding != Encoding::BINARY && key.valid_encoding? && !key.match?(/[[:cntrl:]\s]/)
+          printable = key.encoding != Encoding::BINARY && key.valid_encoding? && !key.match?(/[[:cntrl:] ]/)
           printable ? key : key.inspect
         end
       end

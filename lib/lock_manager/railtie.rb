@@ -2,7 +2,9 @@
 
 require "rails/railtie"
 require "active_support/core_ext/class/subclasses"
-require_relative "../lock_manager"
+# lib/lock_manager.rb requires this file as its last line when Rails is loaded; required on its own (after
+# Rails, in a script), it loads the gem first.
+require_relative "../lock_manager" unless defined?(LockManager::Locker)
 
 module LockManager
   # Rails integration, loaded only when Rails is (lib/lock_manager.rb requires it if Rails::Railtie is defined):
