@@ -37,8 +37,8 @@ module LockManager
       raise ArgumentError, "with_semaphore_lock needs a block" unless block
 
       key = "#{namespace}:#{Arguments.key(key)}"
-      if Lockable.transaction_open?(release, limit)
-        Lockable.until_commit(locker, key, ttl: ttl, wait: wait, renew: renew, &block)
+      if (transaction = Lockable.release_with(release, limit))
+        Lockable.until_commit(transaction, locker, key, ttl: ttl, wait: wait, renew: renew, &block)
       else
         Lockable.around_block(locker, key, ttl: ttl, wait: wait, renew: renew, limit: limit, &block)
       end
@@ -55,16 +55,31 @@ module LockManager
     end
 
     class << self
+      # The transaction whose end releases the lock, or nil: after the block.
       # @api private
-      def transaction_open?(release, limit)
+      def release_with(release, limit)
         raise ArgumentError, "release must be :after_block or :after_commit, got #{release.inspect}" unless
           RELEASES.include?(release)
-        return false unless release == :after_commit
+        return unless release == :after_commit
         raise ArgumentError, "release: :after_commit takes limit: 1 (a semaphore is released after its block)" if
           limit != 1
-        return false unless defined?(::ActiveRecord::Base)
 
-        ::ActiveRecord::Base.connection.transaction_open?
+        open_transaction
+      end
+
+      # The transaction this thread has open on the primary database, or nil. One that is not joinable is not the
+      # app's: Rails' transactional tests run each test in one, and records' after_commit callbacks run when their
+      # own transaction inside it commits, never at its end; a lock is released as they run. Asking takes no
+      # connection from the pool.
+      # @api private
+      def open_transaction
+        return unless defined?(::ActiveRecord::Base)
+
+        connection = ::ActiveRecord::Base.connection_pool.active_connection? or return
+        transaction = connection.current_transaction
+        transaction if transaction.open? && transaction.joinable?
+      rescue ::ActiveRecord::ConnectionNotEstablished
+        nil
       end
 
       # @api private
@@ -92,12 +107,12 @@ module LockManager
       end
 
       # @api private
-      def until_commit(locker, key, ttl:, wait:, renew:)
+      def until_commit(transaction, locker, key, ttl:, wait:, renew:)
         lock = take(locker, key, ttl: ttl, wait: wait, renew: renew)
         return yield(:skipped, nil) unless lock
         return yield(:locked, nil) if lock == :unlocked
 
-        TransactionRelease.new(lock).register
+        TransactionRelease.new(lock).register(transaction)
         yield :locked, lock.fencing_token
       end
 
@@ -120,13 +135,12 @@ module LockManager
         @lock = lock
       end
 
-      def register
-        connection = ::ActiveRecord::Base.connection
-        if connection.current_transaction.respond_to?(:after_commit) # Rails 7.2+
-          connection.current_transaction.after_commit { release }
-          connection.current_transaction.after_rollback { release }
+      def register(transaction)
+        if transaction.respond_to?(:after_commit) # Rails 7.2+
+          transaction.after_commit { release }
+          transaction.after_rollback { release }
         else
-          connection.add_transaction_record(self)
+          transaction.connection.add_transaction_record(self)
         end
       end
 

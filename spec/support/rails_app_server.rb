@@ -7,7 +7,7 @@ require "open3"
 require "rbconfig"
 require "tmpdir"
 
-# The Rails 6.1 app of spec/support/rails_app, served by a real Puma on a free loopback port, with its own
+# The Rails app of spec/support/rails_app (on the stack's Rails), served by a real Puma on a free loopback port, with its own
 # SQLite database and Rails log in a tmp dir. Rails is never loaded into the suite's own process.
 class RailsAppServer
   APP = File.expand_path("rails_app", __dir__)
@@ -36,6 +36,25 @@ class RailsAppServer
   def self.boot(env:, code: "")
     Dir.mktmpdir("lock_manager-rails") do |dir|
       Open3.capture3(env(dir, env), RbConfig.ruby, "-e", "require './config/environment'\n#{code}", chdir: APP)
+    end
+  end
+
+  # Runs a file of the app's own tests (test/) in RAILS_ENV=test, as `bin/rails test` would.
+  # @return [Array(String, Process::Status)] its output (stdout and stderr) and status
+  def self.test(file, env:)
+    Dir.mktmpdir("lock_manager-rails") do |dir|
+      Open3.capture2e(env(dir, env.merge("RAILS_ENV" => "test")), RbConfig.ruby, "-Itest", file, chdir: APP)
+    end
+  end
+
+  # The Rails the app runs on (booted once to ask it).
+  def self.rails_version
+    @rails_version ||= begin
+      out, err, status = boot(env: { "REDIS_URL" => "redis://127.0.0.1:1", "LOCK_PREFIX" => "version:" },
+                              code: "print Rails.version")
+      raise "the app did not boot:\n#{err}" unless status.success?
+
+      Gem::Version.new(out)
     end
   end
 

@@ -1,9 +1,9 @@
 # frozen_string_literal: true
 
-# A minimal Rails 6.1 app (API only, ActiveRecord on SQLite) that spec/rails boots under Puma, configured
-# from ENV by RailsAppServer (spec/support/rails_app_server.rb): REDIS_URL, LOCK_PREFIX, ON_REDIS_ERROR,
-# DATABASE_PATH (a fresh SQLite file per run), RAILS_LOG_PATH, RAILS_MAX_THREADS; LOCK_MANAGER_EXTRA
-# (settings as JSON) and LOCK_MANAGER_LOG_PATH (a logger of the app's own) for the boot specs.
+# A minimal Rails app (6.1, 7.2 or 8.1; API only, ActiveRecord on SQLite) that spec/rails boots under Puma,
+# configured from ENV by RailsAppServer (spec/support/rails_app_server.rb): REDIS_URL, LOCK_PREFIX,
+# ON_REDIS_ERROR, DATABASE_PATH (a fresh SQLite file per run), RAILS_LOG_PATH, RAILS_MAX_THREADS;
+# LOCK_MANAGER_EXTRA (settings as JSON) and LOCK_MANAGER_LOG_PATH (a logger of the app's own) for the boot specs.
 require "json"
 require "logger"
 require "rails"
@@ -14,13 +14,14 @@ require "lock_manager"
 
 module RailsApp
   class Application < Rails::Application
-    config.load_defaults 6.1
+    config.load_defaults Rails::VERSION::STRING.to_f # each version's own defaults (6.1, 7.2, 8.1)
     config.api_only = true
     config.eager_load = true # Puma's threads never autoload
     config.consider_all_requests_local = false
     config.secret_key_base = "lock_manager-spec-#{"0" * 48}"
     config.paths["log"] = ENV.fetch("RAILS_LOG_PATH")
     config.log_level = :info
+    config.active_record.maintain_test_schema = false # config/environment.rb loads db/schema.rb into each database
 
     config.lock_manager.redis_url = ENV.fetch("REDIS_URL")
     config.lock_manager.key_prefix = ENV.fetch("LOCK_PREFIX")

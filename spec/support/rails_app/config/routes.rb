@@ -5,6 +5,7 @@ Rails.application.routes.draw do
   post "locks/wait", to: "locks#wait"
   post "locks/try", to: "locks#try"
   resources :bookings, only: %i[index create]
+  post "readme/bookings", to: "readme_bookings#create"
   resources :counters, only: %i[create show] do
     post :bump, on: :member
   end
