@@ -12,6 +12,8 @@ module LockManager
   # which stays the same across retry_on and the adapter's retries.
   module ActiveJob
     ENQUEUING = :lock_manager_active_job_enqueuing
+    RAILS_8_0 = Gem::Version.new("8.0")
+    RAILS_8_1 = Gem::Version.new("8.1")
 
     def self.included(base)
       base.extend(ClassMethods)
@@ -27,6 +29,40 @@ module LockManager
     # then leaves it alone).
     def self.enqueuing?
       Thread.current[ENQUEUING] == true
+    end
+
+    # Whether ActiveJob pushes this job when the transaction it is enqueued in commits, but runs its enqueue
+    # callbacks now: Rails 7.2 and 8.0 (enqueue_after_transaction_commit; 7.2's `:default` and any other value ask
+    # the adapter, 8.0's `:default` is false). Rails 8.1 defers the callbacks with the push.
+    def self.push_deferred?(job)
+      return false unless defined?(::ActiveJob::EnqueueAfterTransactionCommit) &&
+                          job.is_a?(::ActiveJob::EnqueueAfterTransactionCommit) && ::ActiveJob.gem_version < RAILS_8_1
+
+      case (setting = job.class.enqueue_after_transaction_commit)
+      when :always then true
+      when :never then false
+      else
+        ::ActiveJob.gem_version < RAILS_8_0 ? job.queue_adapter.enqueue_after_transaction_commit? : [nil, false, :default].none?(setting)
+      end
+    end
+
+    # When ActiveJob pushes the job at the commit (Rails 7.2, 8.0), its whole enqueue waits for the commit, as on
+    # Rails 8.1: a unique job's lock is taken when it is pushed, and a rollback leaves none. perform_later returns
+    # the job then, successfully_enqueued? true until the commit says otherwise (a duplicate is refused then).
+    def enqueue(options = {})
+      return super unless LockManager::ActiveJob.push_deferred?(self)
+
+      set(options)
+      outcome = nil
+      ran = false
+      ::ActiveRecord.after_all_transactions_commit do
+        ran = true
+        outcome = super()
+      end
+      return outcome if ran # no transaction was open
+
+      self.successfully_enqueued = true
+      self
     end
 
     # Class methods of an ActiveJob class that includes LockManager::Worker.

@@ -9,6 +9,7 @@ require "logger"
 require "rails"
 require "active_record/railtie"
 require "action_controller/railtie"
+require "active_job/railtie"
 # As Bundler.require does in a Rails app: after Rails, so the Railtie comes with it.
 require "lock_manager"
 
@@ -21,6 +22,7 @@ module RailsApp
     config.secret_key_base = "lock_manager-spec-#{"0" * 48}"
     config.paths["log"] = ENV.fetch("RAILS_LOG_PATH")
     config.log_level = :info
+    config.active_job.queue_adapter = :test # only the boot specs enqueue jobs
     config.active_record.maintain_test_schema = false # config/environment.rb loads db/schema.rb into each database
 
     config.lock_manager.redis_url = ENV.fetch("REDIS_URL")
