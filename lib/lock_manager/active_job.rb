@@ -4,6 +4,8 @@ require "active_job"
 require_relative "../lock_manager"
 require_relative "job_options"
 require_relative "job_lock"
+require_relative "active_job/after_commit"
+require_relative "active_job/bulk_enqueue"
 
 module LockManager
   # `include LockManager::Worker` in an ActiveJob class: the same `lock_with` as in a Sidekiq job,
@@ -12,8 +14,6 @@ module LockManager
   # which stays the same across retry_on and the adapter's retries.
   module ActiveJob
     ENQUEUING = :lock_manager_active_job_enqueuing
-    RAILS_8_0 = Gem::Version.new("8.0")
-    RAILS_8_1 = Gem::Version.new("8.1")
 
     def self.included(base)
       base.extend(ClassMethods)
@@ -23,6 +23,14 @@ module LockManager
       base.attr_writer :successfully_enqueued unless base.method_defined?(:successfully_enqueued?)
       base.define_method(:successfully_enqueued?) { @successfully_enqueued == true } unless
         base.method_defined?(:successfully_enqueued?)
+      install_perform_all_later
+    end
+
+    # ActiveJob.perform_all_later (7.1+), which runs no callbacks, claims the locks of unique jobs too.
+    def self.install_perform_all_later
+      return unless ::ActiveJob.respond_to?(:perform_all_later)
+
+      ::ActiveJob.singleton_class.prepend(PerformAllLater) unless ::ActiveJob.singleton_class <= PerformAllLater
     end
 
     # Whether this thread is pushing a job whose lock around_enqueue took (the Sidekiq middleware
@@ -31,26 +39,11 @@ module LockManager
       Thread.current[ENQUEUING] == true
     end
 
-    # Whether ActiveJob pushes this job when the transaction it is enqueued in commits, but runs its enqueue
-    # callbacks now: Rails 7.2 and 8.0 (enqueue_after_transaction_commit; 7.2's `:default` and any other value ask
-    # the adapter, 8.0's `:default` is false). Rails 8.1 defers the callbacks with the push.
-    def self.push_deferred?(job)
-      return false unless defined?(::ActiveJob::EnqueueAfterTransactionCommit) &&
-                          job.is_a?(::ActiveJob::EnqueueAfterTransactionCommit) && ::ActiveJob.gem_version < RAILS_8_1
-
-      case (setting = job.class.enqueue_after_transaction_commit)
-      when :always then true
-      when :never then false
-      else
-        ::ActiveJob.gem_version < RAILS_8_0 ? job.queue_adapter.enqueue_after_transaction_commit? : [nil, false, :default].none?(setting)
-      end
-    end
-
     # When ActiveJob pushes the job at the commit (Rails 7.2, 8.0), its whole enqueue waits for the commit, as on
     # Rails 8.1: a unique job's lock is taken when it is pushed, and a rollback leaves none. perform_later returns
     # the job then, successfully_enqueued? true until the commit says otherwise (a duplicate is refused then).
     def enqueue(options = {})
-      return super unless LockManager::ActiveJob.push_deferred?(self)
+      return super unless AfterCommit.push_deferred?(self)
 
       set(options)
       outcome = nil
@@ -65,12 +58,36 @@ module LockManager
       self
     end
 
+    # Runs the block as the push of jobs whose locks were claimed already.
+    def self.enqueuing
+      outer = Thread.current[ENQUEUING]
+      Thread.current[ENQUEUING] = true
+      yield
+    ensure
+      Thread.current[ENQUEUING] = outer
+    end
+
     # Class methods of an ActiveJob class that includes LockManager::Worker.
     module ClassMethods
       # Its locks come from its callbacks, not from the Sidekiq middleware.
       def lock_manager_callbacks?
         true
       end
+    end
+
+    # The lock this job claims when it is pushed: nil unless its mode is unique (its key is not even computed then).
+    # @api private
+    def lock_manager_enqueue_lock
+      options = lock_manager_job_options
+      lock_manager_lock(options) if options&.unique?
+    end
+
+    # A refused push: the job is not enqueued, perform_later returns false.
+    # @api private
+    def lock_manager_refused(lock, holder)
+      lock_manager_log("refused", lock.key, " by #{holder}")
+      Instrumentation.conflict(lock, self.class.name, job_id, refused_by: holder)
+      self.successfully_enqueued = false
     end
 
     private
@@ -88,35 +105,24 @@ module LockManager
                   digest_args: -> { ::ActiveJob::Arguments.serialize(arguments) })
     end
 
-    # A refused push: the job is not enqueued, perform_later returns false. Only a unique job
-    # takes a lock at push (its key is not even computed otherwise).
+    # Only a unique job takes a lock at push.
     def lock_manager_enqueue(&block)
-      options = lock_manager_job_options
-      return yield unless options&.unique?
+      lock = lock_manager_enqueue_lock or return yield
 
-      lock = lock_manager_lock(options)
       holder = JobLock.claim([lock], [scheduled_at]).first
-      return lock_manager_push(lock, &block) unless holder
-
-      lock_manager_log("refused", lock.key, " by #{holder}")
-      Instrumentation.conflict(lock, self.class.name, job_id, refused_by: holder)
-      self.successfully_enqueued = false
+      holder ? lock_manager_refused(lock, holder) : lock_manager_push(lock, &block)
     end
 
     def lock_manager_log(what, key, held)
       logger&.info("lock_manager: #{what} #{self.class.name} job_id=#{job_id}: lock #{key.inspect} is held#{held}")
     end
 
-    def lock_manager_push(lock)
-      outer = Thread.current[ENQUEUING]
-      Thread.current[ENQUEUING] = true
-      yield
+    def lock_manager_push(lock, &block)
+      LockManager::ActiveJob.enqueuing(&block)
       self.successfully_enqueued = true
     rescue Exception # rubocop:disable Lint/RescueException -- a job not enqueued leaves no lock
       lock.abandon
       raise
-    ensure
-      Thread.current[ENQUEUING] = outer
     end
 
     def lock_manager_perform(&block)

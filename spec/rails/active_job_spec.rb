@@ -44,7 +44,8 @@ RSpec.describe "ActiveJob in a Rails app", :rails do
                                   "successfully" => [true, true])
     expect(facts.slice("holder", "pushed", "successfully"))
       .to eq("holder" => first, "pushed" => [first], "successfully" => [true, false])
-    expect(facts["log"]).to include(%(lock_manager: refused ReceiptJob job_id=#{second}: lock "receipt:1" is held by #{first}))
+    expect(facts["log"])
+      .to include(%(lock_manager: refused ReceiptJob job_id=#{second}: lock "receipt:1" is held by #{first}))
   end
 
   it "leaves no lock (and pushes nothing) when the transaction rolls back; outside one, refuses at once" do
@@ -61,5 +62,23 @@ RSpec.describe "ActiveJob in a Rails app", :rails do
     expect(facts["rolled_back"]).to eq("holder" => nil, "pushed" => [])
     expect(facts.slice("holder", "again", "pushed"))
       .to eq("holder" => facts["first"], "again" => false, "pushed" => [facts["first"]])
+  end
+
+  it "ActiveJob.perform_all_later in a transaction claims when it pushes: at the commit on Rails 8.1, at once on 7.2" do
+    facts = in_app(<<~RUBY)
+      jobs = [ReceiptJob.new(3), ReceiptJob.new(3)]
+      inside = Booking.transaction do
+        ActiveJob.perform_all_later(jobs)
+        { "holder" => holder.(3), "pushed" => pushed.() }
+      end
+      { "inside" => inside, "ids" => jobs.map(&:job_id), "holder" => holder.(3), "pushed" => pushed.(),
+        "successfully" => jobs.map(&:successfully_enqueued?) }
+    RUBY
+    first = facts["ids"].first
+    at_commit = RailsAppServer.rails_version >= Gem::Version.new("8.1")
+    inside = at_commit ? { "holder" => nil, "pushed" => [] } : { "holder" => first, "pushed" => [first] }
+    expect(facts["inside"]).to eq(inside)
+    expect(facts.slice("holder", "pushed", "successfully"))
+      .to eq("holder" => first, "pushed" => [first], "successfully" => [true, false])
   end
 end

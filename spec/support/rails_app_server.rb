@@ -7,10 +7,50 @@ require "open3"
 require "rbconfig"
 require "tmpdir"
 
-# The Rails app of spec/support/rails_app (on the stack's Rails), served by a real Puma on a free loopback port, with its own
-# SQLite database and Rails log in a tmp dir. Rails is never loaded into the suite's own process.
-class RailsAppServer
+# The app of spec/support/rails_app run once in a plain `ruby` (no Puma), with a database and log of its own in a
+# tmp dir: booted, its own tests, its commands.
+module RailsAppCommands
   APP = File.expand_path("rails_app", __dir__)
+
+  # The environment the app reads (RAILS_ENV, database, log), with `extra` on top.
+  def env(dir, extra = {})
+    { "RAILS_ENV" => "production", "DATABASE_PATH" => File.join(dir, "app.sqlite3"),
+      "RAILS_LOG_PATH" => File.join(dir, "rails.log") }.merge(extra)
+  end
+
+  # Boots the app and runs `code` after it; for what happens at boot.
+  # @return [Array(String, String, Process::Status)] stdout, stderr, status
+  def boot(env:, code: "")
+    Dir.mktmpdir("lock_manager-rails") do |dir|
+      Open3.capture3(env(dir, env), RbConfig.ruby, "-e", "require './config/environment'\n#{code}", chdir: APP)
+    end
+  end
+
+  # Runs a file of the app's own tests (test/) in RAILS_ENV=test, as `bin/rails test` would.
+  # @return [Array(String, Process::Status)] its output (stdout and stderr) and status
+  def test(file, env:)
+    Dir.mktmpdir("lock_manager-rails") do |dir|
+      Open3.capture2e(env(dir, env.merge("RAILS_ENV" => "test")), RbConfig.ruby, "-Itest", file, chdir: APP)
+    end
+  end
+
+  # The Rails the app runs on (booted once to ask it).
+  def rails_version
+    @rails_version ||= begin
+      out, err, status = boot(env: { "REDIS_URL" => "redis://127.0.0.1:1", "LOCK_PREFIX" => "version:" },
+                              code: "print Rails.version")
+      raise "the app did not boot:\n#{err}" unless status.success?
+
+      Gem::Version.new(out)
+    end
+  end
+end
+
+# The Rails app of spec/support/rails_app (on the stack's Rails), served by a real Puma on a free loopback port,
+# with its own SQLite database and Rails log in a tmp dir. Rails is never loaded into the suite's own process.
+class RailsAppServer
+  extend RailsAppCommands
+  APP = RailsAppCommands::APP
 
   attr_reader :port, :dir
 
@@ -23,39 +63,6 @@ class RailsAppServer
     @threads = threads
     @port = RedisServer.free_port
     @dir = Dir.mktmpdir("lock_manager-rails")
-  end
-
-  # The environment the app reads (RAILS_ENV, database, log), with `extra` on top.
-  def self.env(dir, extra = {})
-    { "RAILS_ENV" => "production", "DATABASE_PATH" => File.join(dir, "app.sqlite3"),
-      "RAILS_LOG_PATH" => File.join(dir, "rails.log") }.merge(extra)
-  end
-
-  # Boots the app in a plain `ruby` (no Puma) and runs `code` after it; for what happens at boot.
-  # @return [Array(String, String, Process::Status)] stdout, stderr, status
-  def self.boot(env:, code: "")
-    Dir.mktmpdir("lock_manager-rails") do |dir|
-      Open3.capture3(env(dir, env), RbConfig.ruby, "-e", "require './config/environment'\n#{code}", chdir: APP)
-    end
-  end
-
-  # Runs a file of the app's own tests (test/) in RAILS_ENV=test, as `bin/rails test` would.
-  # @return [Array(String, Process::Status)] its output (stdout and stderr) and status
-  def self.test(file, env:)
-    Dir.mktmpdir("lock_manager-rails") do |dir|
-      Open3.capture2e(env(dir, env.merge("RAILS_ENV" => "test")), RbConfig.ruby, "-Itest", file, chdir: APP)
-    end
-  end
-
-  # The Rails the app runs on (booted once to ask it).
-  def self.rails_version
-    @rails_version ||= begin
-      out, err, status = boot(env: { "REDIS_URL" => "redis://127.0.0.1:1", "LOCK_PREFIX" => "version:" },
-                              code: "print Rails.version")
-      raise "the app did not boot:\n#{err}" unless status.success?
-
-      Gem::Version.new(out)
-    end
   end
 
   def start(timeout: 60)

@@ -6,7 +6,7 @@ class ReadmeBookingsController < ActionController::API
   include LockManager::Lockable
 
   def create
-    with_semaphore_lock("booking:#{params[:slot]}", ttl: 10, wait: 2, release: :after_commit) do |status, fencing_token|
+    with_semaphore_lock("booking:#{params[:slot]}", ttl: 10, wait: 2, release: :after_commit) do |status|
       next head(:conflict) if status == :skipped # held by another request for the 2 s
 
       Booking.transaction { Booking.find_or_create_by!(slot: params[:slot]) }
