@@ -24,6 +24,9 @@ end
 
 require "lock_manager"
 
+# The settings a developer's environment gives (LOCK_MANAGER_REDIS_URL...) never reach the suite's Lockers.
+(LockManager::Configuration::ENVIRONMENT.values.flatten - ["REDIS_URL"]).each { |name| ENV.delete(name) }
+
 RSpec.configure do |config|
   config.include SpecHelpers
   config.disable_monkey_patching!

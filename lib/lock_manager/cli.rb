@@ -5,18 +5,18 @@ require_relative "admin"
 
 module LockManager
   # The `lock_manager` command (exe/lock_manager): list, show, release and watch locks through
-  # LockManager::Admin. Settings come from the environment the app reads (REDIS_URL,
-  # LOCK_MANAGER_KEY_PREFIX, LOCK_MANAGER_CLUSTER, LOCK_MANAGER_SENTINELS,
-  # LOCK_MANAGER_SENTINEL_MASTER); flags override them. Exit status: 0 done, 1 not found, refused or
-  # Redis failed, 2 usage.
+  # LockManager::Admin. Settings come from the environment variables LockManager::Configuration reads
+  # (Configuration::ENVIRONMENT), or, from a Rails app's tasks (bin/rails lock_manager:list), from the app's
+  # configuration; flags override them. Exit status: 0 done, 1 not found, refused or Redis failed, 2 usage.
   class CLI
     OK = 0
     FAILED = 1
     USAGE = 2
 
-    def initialize(argv, stdin: $stdin, stdout: $stdout, stderr: $stderr, env: ENV)
+    # @param settings [Hash, nil] the Locker's settings (an app's LockManager.config.locker_options); nil: from `env`
+    def initialize(argv, stdin: $stdin, stdout: $stdout, stderr: $stderr, env: ENV, settings: nil)
       @argv = argv
-      @env = env
+      @settings = settings || Configuration.environment(env)
       @stdin = stdin
       @out = stdout
       @err = stderr
@@ -25,7 +25,7 @@ module LockManager
 
     # @return [Integer] the exit status
     def run
-      @options = Options.new(@env, @out)
+      @options = Options.new(@settings, @out)
       command, args = @options.parse(@argv)
       return OK unless command
 
@@ -75,7 +75,7 @@ module LockManager
     private
 
     def admin
-      @admin ||= Admin.new(Locker.new(**@options.settings, pool_size: 2))
+      @admin ||= Admin.new(Locker.new(**@options.settings.merge(pool_size: 2)))
     end
 
     # Why `lock` is not to be released, or nil.
@@ -120,14 +120,9 @@ module LockManager
       USAGE
     end
 
-    # The command line and the environment: the Locker's settings, the command's options.
+    # The command line over the settings: the Locker's settings, the command's options.
     class Options
-      # Environment variable of each setting (lists: comma-separated URLs).
-      ENVIRONMENT = {
-        redis_url: "REDIS_URL", key_prefix: "LOCK_MANAGER_KEY_PREFIX", cluster: "LOCK_MANAGER_CLUSTER",
-        sentinels: "LOCK_MANAGER_SENTINELS", sentinel_master: "LOCK_MANAGER_SENTINEL_MASTER"
-      }.freeze
-      LISTS = %i[cluster sentinels].freeze
+      ENVIRONMENT = Configuration::ENVIRONMENT
       COMMANDS = { "list" => 0..1, "show" => 1..1, "release" => 1..1, "watch" => 0..1 }.freeze
 
       BANNER = <<~TEXT
@@ -139,9 +134,12 @@ module LockManager
           release KEY        force-release KEY: its holders lose it, its waiters take it (asks first)
           watch [PATTERN]    the list, refreshed every --interval seconds until Ctrl-C
 
-        Keys and patterns are given without the key prefix. Settings come from REDIS_URL,
-        LOCK_MANAGER_KEY_PREFIX, LOCK_MANAGER_CLUSTER and LOCK_MANAGER_SENTINELS (comma-separated
-        URLs), LOCK_MANAGER_SENTINEL_MASTER, as in the app; options override them.
+        Keys and patterns are given without the key prefix. Settings not given as options come from
+        the environment, as LockManager's configuration reads it where the app does not set them:
+        #{ENVIRONMENT.map { |name, variables| format("  %-16s %s", name, variables.join(", else ")) }.join("\n")}
+        (lists: comma-separated URLs). An app that sets them itself (config.lock_manager) runs the
+        same commands as tasks, which take its settings: bin/rails "lock_manager:list[report:*]",
+        bin/rails "lock_manager:show[report:1]", bin/rails "lock_manager:release[report:1,--yes]".
         Exit status: 0 done, 1 not found, refused or Redis failed, 2 usage.
 
         Options:
@@ -149,10 +147,9 @@ module LockManager
 
       attr_reader :settings, :limit, :interval, :yes
 
-      def initialize(env, out)
+      def initialize(settings, out)
         @out = out
-        @settings = ENVIRONMENT.transform_values { |variable| env[variable] }.compact
-        LISTS.each { |name| @settings[name] = split(@settings[name]) if @settings.key?(name) }
+        @settings = settings.dup
         @limit = Admin::DEFAULT_LIMIT
         @interval = 1.0
         @yes = false
@@ -198,19 +195,21 @@ module LockManager
       end
 
       def settings_options(parser)
-        parser.on("-u", "--redis-url URL", "Redis URL (REDIS_URL)") { |v| @settings[:redis_url] = v }
-        parser.on("-p", "--prefix PREFIX", "key prefix (LOCK_MANAGER_KEY_PREFIX; default \"lock:\")") do |v|
+        parser.on("-u", "--redis-url URL", "Redis URL (#{variables(:redis_url)})") { |v| @settings[:redis_url] = v }
+        parser.on("-p", "--prefix PREFIX", "key prefix (#{variables(:key_prefix)}; default \"lock:\")") do |v|
           @settings[:key_prefix] = v
         end
-        parser.on("--cluster URLS", "Redis Cluster seed nodes (LOCK_MANAGER_CLUSTER)") do |v|
-          @settings[:cluster] = split(v)
+        parser.on("--cluster URLS", "Redis Cluster seed nodes (#{variables(:cluster)})") do |v|
+          @settings[:cluster] = Configuration.split(v)
         end
-        parser.on("--sentinels URLS", "sentinels (LOCK_MANAGER_SENTINELS)") { |v| @settings[:sentinels] = split(v) }
-        parser.on("--sentinel-master NAME", "(LOCK_MANAGER_SENTINEL_MASTER)") { |v| @settings[:sentinel_master] = v }
+        parser.on("--sentinels URLS", "sentinels (#{variables(:sentinels)})") do |v|
+          @settings[:sentinels] = Configuration.split(v)
+        end
+        parser.on("--sentinel-master NAME", "(#{variables(:sentinel_master)})") { |v| @settings[:sentinel_master] = v }
       end
 
-      def split(urls)
-        urls.to_s.split(",").map(&:strip).reject(&:empty?)
+      def variables(name)
+        ENVIRONMENT.fetch(name).join(", ")
       end
     end
 

@@ -10,13 +10,37 @@ module LockManager
       max_hold sentinels sentinel_master cluster min_replicas replica_timeout on_redis_error
     ].freeze
 
+    # The environment variables that settings not configured come from (the first one set, even empty, wins); the
+    # `lock_manager` command reads the same. Lists are comma-separated URLs.
+    ENVIRONMENT = {
+      redis_url: %w[LOCK_MANAGER_REDIS_URL REDIS_URL], key_prefix: %w[LOCK_MANAGER_KEY_PREFIX],
+      cluster: %w[LOCK_MANAGER_CLUSTER], sentinels: %w[LOCK_MANAGER_SENTINELS],
+      sentinel_master: %w[LOCK_MANAGER_SENTINEL_MASTER]
+    }.freeze
+    LISTS = %i[cluster sentinels].freeze
+    DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+    # The settings the environment gives (see ENVIRONMENT), as `configure` takes them.
+    # @param env [#[]] ENV, or a Hash standing for it
+    def self.environment(env = ENV)
+      ENVIRONMENT.each_with_object({}) do |(name, variables), settings|
+        variable = variables.find { |v| env[v] } or next
+        settings[name] = LISTS.include?(name) ? split(env[variable]) : env[variable]
+      end
+    end
+
+    # "url1, url2" => ["url1", "url2"]
+    def self.split(urls)
+      urls.to_s.split(",").map(&:strip).reject(&:empty?)
+    end
+
     attr_writer :redis_url, :sentinels, :cluster
     attr_accessor :pool_size, :pool_timeout, :key_prefix, :connect_timeout, :read_timeout, :retry_interval, :fair,
                   :on_lost, :renew, :max_hold, :logger, :sentinel_master, :min_replicas, :replica_timeout,
                   :on_redis_error
 
     def initialize
-      @redis_url = ENV.fetch("REDIS_URL", "redis://127.0.0.1:6379/0")
+      @redis_url = DEFAULT_REDIS_URL
       @pool_size = 5
       @pool_timeout = 5
       @key_prefix = "lock:"
@@ -30,6 +54,7 @@ module LockManager
       @on_redis_error = :raise # Redis unreachable: :raise, :run (the block runs unlocked) or :skip (as if taken)
       @logger = Logger.new($stderr, progname: "lock_manager", level: Logger::WARN)
       topology_defaults
+      Configuration.environment.each { |name, value| instance_variable_set("@#{name}", value) }
     end
 
     def topology_defaults

@@ -12,7 +12,8 @@ module LockManager
   # - `config.lock_manager`: every setting of LockManager.configure, applied at boot; an unknown or bad one
   #   fails the boot with the ArgumentError LockManager.configure raises, naming it;
   # - the logger: Rails.logger tagged "[lock_manager]", unless the app sets `config.lock_manager.logger`;
-  # - `rescue_responses`: a lock still held at the end of a wait is 409 Conflict, Redis unreachable 503.
+  # - `rescue_responses`: a lock still held at the end of a wait is 409 Conflict, Redis unreachable 503;
+  # - rake tasks: the `lock_manager` command's, with the app's settings (`bin/rails "lock_manager:list[report:*]"`).
   #
   # An app's own `LockManager.configure` in config/initializers runs after this one and wins.
   class Railtie < ::Rails::Railtie
@@ -42,6 +43,29 @@ module LockManager
     # After Rails.logger exists (Rails' bootstrap), before the app's config/initializers.
     initializer "lock_manager.configure" do |app|
       Railtie.configure(app.config.lock_manager)
+    end
+
+    # The argument of each of the command's tasks; options follow it: "lock_manager:release[report:1,--yes]".
+    TASKS = { "list" => :pattern, "show" => :key, "release" => :key, "watch" => :pattern }.freeze
+
+    # `bin/rails lock_manager:list` and the others: exe/lock_manager's commands on the app's own settings (as
+    # config.lock_manager and config/initializers left them), which the command alone cannot see.
+    rake_tasks do
+      namespace :lock_manager do
+        TASKS.each do |command, argument|
+          desc "lock_manager #{command} on this app's settings; options follow the #{argument} (lock_manager --help)"
+          task command, [argument] => :environment do |_, args|
+            status = Railtie.run_command(command, args.to_a)
+            exit(status) unless status.zero?
+          end
+        end
+      end
+    end
+
+    # @return [Integer] the command's exit status
+    def self.run_command(command, args)
+      require_relative "cli"
+      CLI.new([command, *args], settings: LockManager.config.locker_options).run
     end
 
     # @param options [ActiveSupport::OrderedOptions] config.lock_manager

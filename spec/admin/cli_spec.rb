@@ -40,6 +40,18 @@ RSpec.describe "exe/lock_manager" do
     end
   end
 
+  it "names in its help the variables LockManager::Configuration reads, as the README does" do
+    out, = run_cli("--help")
+    variables = LockManager::Configuration::ENVIRONMENT.values.flatten
+    expect(variables).to all(satisfy { |name| out.include?(name) })
+    expect(out).to include('bin/rails "lock_manager:list[report:*]"')
+
+    readme = File.read(File.expand_path("../../README.md", __dir__))
+    named = readme.scan(/\b(?:[A-Z]+_)*REDIS_URL\b|\bLOCK_MANAGER_[A-Z_]+\b/).uniq
+    expect(named - variables).to eq([])
+    expect(named).to include("LOCK_MANAGER_REDIS_URL")
+  end
+
   it "lists the locks of a pattern with their holder, since, TTL and waiters" do
     held("report:1")
     held("report:2")

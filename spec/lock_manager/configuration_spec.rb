@@ -18,6 +18,28 @@ RSpec.describe LockManager::Configuration do
     ENV["REDIS_URL"] = saved
   end
 
+  it "reads the LOCK_MANAGER_* variables the lock_manager command reads, LOCK_MANAGER_REDIS_URL before REDIS_URL" do
+    variables = { "LOCK_MANAGER_REDIS_URL" => "redis://127.0.0.1:6391/1", "LOCK_MANAGER_KEY_PREFIX" => "app:",
+                  "LOCK_MANAGER_SENTINELS" => "redis://127.0.0.1:26379, redis://127.0.0.1:26380",
+                  "LOCK_MANAGER_SENTINEL_MASTER" => "primary" }
+    saved = variables.keys.to_h { |name| [name, ENV.fetch(name, nil)] }
+    ENV.update(variables)
+    config = described_class.new
+
+    expect(config.to_h).to include(redis_url: "redis://127.0.0.1:6391/1", key_prefix: "app:",
+                                   sentinels: %w[redis://127.0.0.1:26379 redis://127.0.0.1:26380],
+                                   sentinel_master: "primary", cluster: nil)
+    expect(config.locker_options).to include(sentinel_master: "primary")
+    expect(described_class.environment("LOCK_MANAGER_CLUSTER" => "redis://a:1,redis://b:2", "REDIS_URL" => "redis://c"))
+      .to eq(cluster: %w[redis://a:1 redis://b:2], redis_url: "redis://c")
+    expect(described_class::ENVIRONMENT.values.flatten).to eq(
+      %w[LOCK_MANAGER_REDIS_URL REDIS_URL LOCK_MANAGER_KEY_PREFIX LOCK_MANAGER_CLUSTER LOCK_MANAGER_SENTINELS
+         LOCK_MANAGER_SENTINEL_MASTER]
+    )
+  ensure
+    saved&.each { |name, value| value ? ENV[name] = value : ENV.delete(name) }
+  end
+
   it "is set through LockManager.configure and shown by LockManager.config" do
     LockManager.configure do |c|
       c.redis_url = "redis://127.0.0.1:6390/2"

@@ -34,6 +34,14 @@ module RailsAppCommands
     end
   end
 
+  # Runs bin/rails (a task, a command) in the app.
+  # @return [Array(String, String, Process::Status)] stdout, stderr, status
+  def rails(*args, env:, stdin: "")
+    Dir.mktmpdir("lock_manager-rails") do |dir|
+      Open3.capture3(env(dir, env), RbConfig.ruby, "bin/rails", *args, chdir: APP, stdin_data: stdin)
+    end
+  end
+
   # The Rails the app runs on (booted once to ask it).
   def rails_version
     @rails_version ||= begin

@@ -1,8 +1,8 @@
 # frozen_string_literal: true
 
-# A minimal Rails app (6.1, 7.2 or 8.1; API only, ActiveRecord on SQLite) that spec/rails boots under Puma,
-# configured from ENV by RailsAppServer (spec/support/rails_app_server.rb): REDIS_URL, LOCK_PREFIX,
-# ON_REDIS_ERROR, DATABASE_PATH (a fresh SQLite file per run), RAILS_LOG_PATH, RAILS_MAX_THREADS;
+# A minimal Rails app (6.1, 7.2 or 8.1; API only, ActiveRecord on SQLite, ActiveJob) that spec/rails boots under
+# Puma, configured from ENV by RailsAppServer (spec/support/rails_app_server.rb): REDIS_URL (LOCK_REDIS_URL first),
+# LOCK_PREFIX, ON_REDIS_ERROR, DATABASE_PATH (a fresh SQLite file per run), RAILS_LOG_PATH, RAILS_MAX_THREADS;
 # LOCK_MANAGER_EXTRA (settings as JSON) and LOCK_MANAGER_LOG_PATH (a logger of the app's own) for the boot specs.
 require "json"
 require "logger"
@@ -25,7 +25,7 @@ module RailsApp
     config.active_job.queue_adapter = :test # only the boot specs enqueue jobs
     config.active_record.maintain_test_schema = false # config/environment.rb loads db/schema.rb into each database
 
-    config.lock_manager.redis_url = ENV.fetch("REDIS_URL")
+    config.lock_manager.redis_url = ENV.fetch("LOCK_REDIS_URL") { ENV.fetch("REDIS_URL") } # an app's own variable
     config.lock_manager.key_prefix = ENV.fetch("LOCK_PREFIX")
     config.lock_manager.on_redis_error = ENV.fetch("ON_REDIS_ERROR", "raise").to_sym
     config.lock_manager.pool_size = Integer(ENV.fetch("RAILS_MAX_THREADS", "16")) # one per Puma thread

@@ -1,0 +1,60 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "rbconfig"
+require_relative "../support/rails_app_server"
+
+# bin/rails lock_manager:list, show, release and watch in the Rails app (a child process): exe/lock_manager's
+# commands on the app's own settings. The app reads its Redis from a variable of its own (LOCK_REDIS_URL) and its
+# key prefix from LOCK_PREFIX, which the command alone never sees.
+RSpec.describe "the Rails app's lock_manager tasks", :rails do
+  let(:nowhere) { closed_url }
+  let(:app_env) { { "LOCK_REDIS_URL" => redis_url, "REDIS_URL" => nowhere, "LOCK_PREFIX" => prefix } }
+
+  def rails(*args, stdin: "")
+    out, err, status = RailsAppServer.rails(*args, env: app_env, stdin: stdin)
+    [out, err, status.exitstatus]
+  end
+
+  it "lists, shows and releases the locks of the app's Redis under its key prefix" do
+    lock = elsewhere.try_lock("report:1", timeout: 30)
+    elsewhere.try_lock("report:2", timeout: 30)
+    elsewhere.try_lock("other", timeout: 30)
+
+    out, err, status = rails("lock_manager:list[report:*]")
+    expect([err, status]).to eq(["", 0])
+    expect(out.lines.map { |line| line.split.first }).to eq(%w[KEY report:1 report:2 2])
+    expect(out).to end_with(%(2 locks matching "report:*"\n))
+
+    out, _, status = rails("lock_manager:list[*,--limit=1]")
+    expect(status).to eq(0)
+    expect(out).to include("1 lock matching \"*\"; more not shown (--limit)")
+
+    out, _, status = rails("lock_manager:show[report:1]")
+    expect([out, status]).to match([include("Lock report:1 (plain lock)", "token #{lock.token}"), 0])
+
+    out, err, status = rails("lock_manager:release[report:1]", stdin: "y\n")
+    expect([out, status]).to eq(["Released lock report:1\n", 0])
+    expect(err).to include("Release lock report:1 held by ")
+    expect(rails("lock_manager:release[report:2,--yes]")).to eq(["Released lock report:2\n", "", 0])
+    expect(elsewhere.locked?("report:2")).to be(false)
+
+    expect(rails("lock_manager:show[report:1]"))
+      .to eq(["", "lock_manager: no lock report:1 (nobody holds it or waits for it)\n", 1])
+  end
+
+  it "exe/lock_manager alone reads the environment, not the app: here it finds REDIS_URL, where nothing listens" do
+    command = [RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__),
+               File.expand_path("../../exe/lock_manager", __dir__), "list"]
+    _, err, status = Open3.capture3(app_env, *command)
+    expect(status.exitstatus).to eq(1)
+    expect(err).to include("cannot talk to Redis at 127.0.0.1:#{URI(nowhere).port}")
+  end
+
+  it "lists its tasks" do
+    out, _, status = rails("-T", "lock_manager")
+    expect(status).to eq(0)
+    expect(out.lines.map { |line| line.split[1] })
+      .to eq(%w[lock_manager:list[pattern] lock_manager:release[key] lock_manager:show[key] lock_manager:watch[pattern]])
+  end
+end
