@@ -123,9 +123,15 @@ module LockManager
     # The command line over the settings: the Locker's settings, the command's options.
     class Options
       ENVIRONMENT = Configuration::ENVIRONMENT
+      # The flag of each setting, over its environment variables.
+      FLAGS = [
+        [:redis_url, ["-u", "--redis-url URL"], "Redis URL "], [:key_prefix, ["-p", "--prefix PREFIX"], "key prefix "],
+        [:cluster, ["--cluster URLS"], "Redis Cluster seed nodes "], [:sentinels, ["--sentinels URLS"], "sentinels "],
+        [:sentinel_master, ["--sentinel-master NAME"], ""]
+      ].freeze
       COMMANDS = { "list" => 0..1, "show" => 1..1, "release" => 1..1, "watch" => 0..1 }.freeze
 
-      BANNER = <<~TEXT
+      BANNER = <<~TEXT.freeze
         Usage: lock_manager [options] COMMAND [ARGS]
 
         Commands:
@@ -136,10 +142,10 @@ module LockManager
 
         Keys and patterns are given without the key prefix. Settings not given as options come from
         the environment, as LockManager's configuration reads it where the app does not set them:
-        #{ENVIRONMENT.map { |name, variables| format("  %-16s %s", name, variables.join(", else ")) }.join("\n")}
-        (lists: comma-separated URLs). An app that sets them itself (config.lock_manager) runs the
-        same commands as tasks, which take its settings: bin/rails "lock_manager:list[report:*]",
-        bin/rails "lock_manager:show[report:1]", bin/rails "lock_manager:release[report:1,--yes]".
+        #{ENVIRONMENT.map { |name, variables| "  #{name.to_s.ljust(16)} #{variables.join(", else ")}" }.join("\n")}
+        (lists: comma-separated URLs; key_prefix defaults to "lock:"). An app that sets them itself
+        (config.lock_manager) runs the same commands as tasks, which take its settings:
+          bin/rails "lock_manager:list[report:*]"   bin/rails "lock_manager:release[report:1,--yes]"
         Exit status: 0 done, 1 not found, refused or Redis failed, 2 usage.
 
         Options:
@@ -195,21 +201,11 @@ module LockManager
       end
 
       def settings_options(parser)
-        parser.on("-u", "--redis-url URL", "Redis URL (#{variables(:redis_url)})") { |v| @settings[:redis_url] = v }
-        parser.on("-p", "--prefix PREFIX", "key prefix (#{variables(:key_prefix)}; default \"lock:\")") do |v|
-          @settings[:key_prefix] = v
+        FLAGS.each do |name, switches, what|
+          parser.on(*switches, "#{what}(#{ENVIRONMENT.fetch(name).join(", ")})") do |value|
+            @settings[name] = Configuration::LISTS.include?(name) ? Configuration.split(value) : value
+          end
         end
-        parser.on("--cluster URLS", "Redis Cluster seed nodes (#{variables(:cluster)})") do |v|
-          @settings[:cluster] = Configuration.split(v)
-        end
-        parser.on("--sentinels URLS", "sentinels (#{variables(:sentinels)})") do |v|
-          @settings[:sentinels] = Configuration.split(v)
-        end
-        parser.on("--sentinel-master NAME", "(#{variables(:sentinel_master)})") { |v| @settings[:sentinel_master] = v }
-      end
-
-      def variables(name)
-        ENVIRONMENT.fetch(name).join(", ")
       end
     end
 
