@@ -20,14 +20,19 @@ RSpec.describe "a Rails app", :rails do
   describe "booting (config.lock_manager, the logger, rescue_responses)" do
     let(:boot_env) { { "REDIS_URL" => redis_url, "LOCK_PREFIX" => prefix } }
 
-    it "applies config.lock_manager and logs to Rails.logger tagged [lock_manager]" do
+    it "applies config.lock_manager, logs to Rails.logger tagged [lock_manager], sends events to " \
+       "ActiveSupport::Notifications" do
       out, err, status = RailsAppServer.boot(env: boot_env.merge("ON_REDIS_ERROR" => "skip"), code: <<~RUBY)
         LockManager.logger.warn("from the app")
-        puts JSON.generate(config: LockManager.config.to_h, log: File.read(ENV["RAILS_LOG_PATH"]),
+        events = []
+        ActiveSupport::Notifications.subscribe(/\\.lock_manager\\z/) { |event| events << [event.name, event.payload[:key]] }
+        LockManager::Locker.nonblocking_lock("evented") { nil }
+        puts JSON.generate(config: LockManager.config.to_h, log: File.read(ENV["RAILS_LOG_PATH"]), events: events,
                            rescue: ActionDispatch::ExceptionWrapper.rescue_responses.select { |k, _| k.start_with?("LockManager::") })
       RUBY
       expect(status).to be_success, err
       facts = JSON.parse(out)
+      expect(facts["events"]).to eq([%w[acquire.lock_manager evented], %w[release.lock_manager evented]])
       expect(facts["config"]).to include("key_prefix" => prefix, "on_redis_error" => "skip", "read_timeout" => 0.5,
                                          "pool_size" => 16, "redis_url" => redis_url)
       expect(facts["log"]).to include("[lock_manager] from the app\n")
