@@ -67,10 +67,10 @@ module LockManager
         open_transaction
       end
 
-      # The transaction this thread has open on the primary database, or nil. One that is not joinable is not the
-      # app's: Rails' transactional tests run each test in one, and records' after_commit callbacks run when their
-      # own transaction inside it commits, never at its end; a lock is released as they run. Asking takes no
-      # connection from the pool.
+      # The transaction this thread has open on the primary database, or nil. One that is not joinable (the one
+      # Rails' transactional tests run each test in, or `transaction(joinable: false)`) does not count: records'
+      # after_commit callbacks run when their own transaction inside it commits, not at its end, and a lock is
+      # released as they run. Asking takes no connection from the pool.
       # @api private
       def open_transaction
         return unless defined?(::ActiveRecord::Base)
