@@ -76,13 +76,13 @@ class RailsAppServer
   def start(timeout: 60)
     command = [RbConfig.ruby, Gem.bin_path("puma", "puma"), "--bind", "tcp://127.0.0.1:#{port}",
                "--threads", "0:#{@threads}", "--workers", @workers.to_s, *("--preload" if @workers.positive?),
-               "--environment", "production", "config.ru"]
+               "--environment", "production", "--config", "config/puma.rb", "config.ru"]
     @pid = Process.spawn(self.class.env(@dir, @env), *command, chdir: APP, out: puma_log_path, err: %i[child out])
     wait_until_up(timeout)
     self
   end
 
-  # TERM, as a deploy does: Puma finishes its requests and stops its workers.
+  # TERM, as a deploy does: Puma finishes its requests and stops its workers (config/puma.rb: a Ruby 3.3 bug).
   def stop(timeout: 15)
     return unless @pid
 
