@@ -6,6 +6,7 @@ require "net/http"
 require "open3"
 require "rbconfig"
 require "tmpdir"
+require_relative "puma_process"
 
 # The app of spec/support/rails_app run once in a plain `ruby` (no Puma), with a database and log of its own in a
 # tmp dir: booted, its own tests, its commands.
@@ -74,28 +75,18 @@ class RailsAppServer
   end
 
   def start(timeout: 60)
-    command = [RbConfig.ruby, Gem.bin_path("puma", "puma"), "--bind", "tcp://127.0.0.1:#{port}",
-               "--threads", "0:#{@threads}", "--workers", @workers.to_s, *("--preload" if @workers.positive?),
-               "--environment", "production", "--config", "config/puma.rb", "config.ru"]
+    command = PumaProcess.command(port, "--threads", "0:#{@threads}", "--workers", @workers.to_s,
+                                  *("--preload" if @workers.positive?), "--environment", "production")
     @pid = Process.spawn(self.class.env(@dir, @env), *command, chdir: APP, out: puma_log_path, err: %i[child out])
     wait_until_up(timeout)
     self
   end
 
-  # TERM, as a deploy does: Puma finishes its requests and stops its workers (config/puma.rb: a Ruby 3.3 bug).
+  # TERM, as a deploy does (PumaProcess.stop).
   def stop(timeout: 15)
     return unless @pid
 
-    Process.kill(:TERM, @pid)
-    deadline = monotonic + timeout
-    until Process.wait(@pid, Process::WNOHANG)
-      if monotonic > deadline
-        Process.kill(:KILL, @pid)
-        Process.wait(@pid)
-        raise "puma did not stop within #{timeout}s:\n#{puma_log}"
-      end
-      sleep 0.05
-    end
+    PumaProcess.stop(@pid, timeout: timeout) { puma_log }
     @pid = nil
   end
 

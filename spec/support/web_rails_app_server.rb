@@ -5,6 +5,7 @@ require "net/http"
 require "rbconfig"
 require "socket"
 require "tmpdir"
+require_relative "puma_process"
 require_relative "redis_server"
 
 # The Rails app of spec/support/web_rails_app (Sidekiq::Web mounted at /sidekiq with the Locks tab),
@@ -27,8 +28,7 @@ class WebRailsAppServer
   # Returns once Puma listens: it binds after loading the app, and the first request is the spec's own
   # (a readiness probe through the app's routes would be the first request Rails serves).
   def start(timeout: 60)
-    command = [RbConfig.ruby, Gem.bin_path("puma", "puma"), "--bind", "tcp://127.0.0.1:#{port}",
-               "--threads", "0:4", "--environment", @env.fetch("RAILS_ENV"), "config.ru"]
+    command = PumaProcess.command(port, "--threads", "0:4", "--environment", @env.fetch("RAILS_ENV"))
     @pid = Process.spawn(@env, *command, chdir: app_dir, out: puma_log_path, err: %i[child out])
     deadline = monotonic + timeout
     until listening?
@@ -44,11 +44,8 @@ class WebRailsAppServer
   end
 
   def shutdown
-    if @pid
-      Process.kill(:TERM, @pid)
-      Process.wait(@pid)
-      @pid = nil
-    end
+    PumaProcess.stop(@pid) { log } if @pid
+    @pid = nil
   ensure
     FileUtils.rm_rf(@dir)
   end
