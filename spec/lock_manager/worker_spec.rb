@@ -5,6 +5,7 @@ require "open3"
 require "sidekiq/api"
 require "lock_manager/worker"
 require "lock_manager/lockable"
+require_relative "../support/sidekiq_client"
 
 # The DSL and the middleware in this process; spec/sidekiq/ runs them in a real Sidekiq.
 RSpec.describe LockManager::Worker do
@@ -121,10 +122,7 @@ RSpec.describe LockManager::Worker do
 
     after { sidekiq_config.logger = @sidekiq_logger }
 
-    # Where Sidekiq's logger is set: its default configuration on 7 and 8, the module on 6.4.
-    def sidekiq_config
-      Sidekiq.respond_to?(:default_configuration) ? Sidekiq.default_configuration : Sidekiq
-    end
+    include SidekiqConfig
 
     def job_hash(klass, *args, **extra)
       { "class" => klass.name, "jid" => SecureRandom.hex(12), "args" => args, "queue" => "default" }

@@ -6,6 +6,7 @@ require "json"
 require "logger"
 require "stringio"
 require "sidekiq"
+require_relative "../support/sidekiq_client"
 require_relative "../support/slow_link"
 require_relative "../support/unique_jobs"
 
@@ -16,20 +17,11 @@ RSpec.describe "Sidekiq bulk pushes of unique jobs" do
 
   before(:all) do
     @server = RedisServer.new.start
-    @client_log = StringIO.new
-    @sidekiq_logger = sidekiq_config.logger
-    sidekiq_config.logger = Logger.new(@client_log)
-    # Pushes go to this spec's server whatever another spec gave Sidekiq (Sidekiq 7 keeps its first pool).
-    @pool = Sidekiq::RedisConnection.create(url: @server.url, size: 2)
   end
 
-  after(:all) do
-    sidekiq_config.logger = @sidekiq_logger if @sidekiq_logger
-    @pool&.shutdown(&:close)
-    @server&.shutdown
-  end
+  after(:all) { @server&.shutdown }
 
-  around { |example| Sidekiq::Client.via(@pool) { example.run } }
+  include_context "a Sidekiq client of its own"
 
   before do
     use_locks(@server.url)
@@ -45,10 +37,6 @@ RSpec.describe "Sidekiq bulk pushes of unique jobs" do
   let(:admin) { @server.client }
   let(:parked) { UniqueJobs::BulkJob.set(queue: "parked") }
   let(:base) { rand(1 << 30) * 1_000 }
-
-  def sidekiq_config
-    Sidekiq.respond_to?(:default_configuration) ? Sidekiq.default_configuration : Sidekiq
-  end
 
   def use_locks(url)
     LockManager.configure do |c|

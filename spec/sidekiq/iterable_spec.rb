@@ -5,6 +5,7 @@ require "json"
 require "logger"
 require "stringio"
 require "sidekiq"
+require_relative "../support/sidekiq_client"
 require_relative "../support/sidekiq_process"
 require_relative "../support/monitor"
 # Loaded here too: this process pushes as a web process would (its client middleware claims).
@@ -21,20 +22,11 @@ RSpec.describe "Sidekiq::IterableJob with lock_with" do
     @server = RedisServer.new.start
     @timeline = "timeline:#{SecureRandom.hex(4)}"
     @env = { "REDIS_URL" => @server.url, "LOCK_PREFIX" => "it:", "TIMELINE_KEY" => @timeline }
-    # Pushes go to this spec's server whatever another spec gave Sidekiq (Sidekiq 7 keeps its first pool).
-    @pool = Sidekiq::RedisConnection.create(url: @server.url, size: 2)
-    @client_log = StringIO.new
-    @sidekiq_logger = sidekiq_config.logger
-    sidekiq_config.logger = Logger.new(@client_log)
   end
 
-  after(:all) do
-    sidekiq_config.logger = @sidekiq_logger if @sidekiq_logger
-    @pool&.shutdown(&:close)
-    @server&.shutdown
-  end
+  after(:all) { @server&.shutdown }
 
-  around { |example| Sidekiq::Client.via(@pool) { example.run } }
+  include_context "a Sidekiq client of its own"
 
   before do
     LockManager.configure do |c|
@@ -49,10 +41,6 @@ RSpec.describe "Sidekiq::IterableJob with lock_with" do
   end
 
   let(:admin) { @server.client }
-
-  def sidekiq_config
-    Sidekiq.respond_to?(:default_configuration) ? Sidekiq.default_configuration : Sidekiq
-  end
 
   # One thread, so that the job pushed back at TERM is not fetched again by another one as it stops.
   def start_sidekiq(env = {})

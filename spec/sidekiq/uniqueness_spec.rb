@@ -6,6 +6,7 @@ require "json"
 require "logger"
 require "stringio"
 require "sidekiq"
+require_relative "../support/sidekiq_client"
 require_relative "../support/sidekiq_process"
 require_relative "../support/slow_link"
 require_relative "../support/unique_jobs"
@@ -23,21 +24,14 @@ RSpec.describe "Sidekiq job uniqueness end to end" do
     @timeline = "timeline:#{SecureRandom.hex(4)}"
     @env = { "REDIS_URL" => @server.url, "LOCK_PREFIX" => "uq:", "TIMELINE_KEY" => @timeline }
     @sidekiq = SidekiqProcess.new(app: app, env: @env).start
-    @client_log = StringIO.new
-    @sidekiq_logger = sidekiq_config.logger
-    sidekiq_config.logger = Logger.new(@client_log)
-    # Pushes go to this spec's server whatever another spec gave Sidekiq (Sidekiq 7 keeps its first pool).
-    @pool = Sidekiq::RedisConnection.create(url: @server.url, size: 2)
   end
 
   after(:all) do
-    sidekiq_config.logger = @sidekiq_logger if @sidekiq_logger
-    @pool&.shutdown(&:close)
     @sidekiq&.stop
     @server&.shutdown
   end
 
-  around { |example| Sidekiq::Client.via(@pool) { example.run } }
+  include_context "a Sidekiq client of its own"
 
   before do
     use_locks("uq:")
@@ -52,10 +46,6 @@ RSpec.describe "Sidekiq job uniqueness end to end" do
 
   let(:admin) { @server.client }
   let(:id) { rand(1 << 30) }
-
-  def sidekiq_config
-    Sidekiq.respond_to?(:default_configuration) ? Sidekiq.default_configuration : Sidekiq
-  end
 
   # Points this process's shared Locker (what the client middleware claims with) at the server.
   def use_locks(prefix, url: @server.url)

@@ -1,0 +1,34 @@
+# frozen_string_literal: true
+
+require "logger"
+require "stringio"
+require "sidekiq"
+
+# Where Sidekiq keeps its logger and chains: its default configuration on 7 and 8, the module on 6.4.
+module SidekiqConfig
+  def sidekiq_config
+    Sidekiq.respond_to?(:default_configuration) ? Sidekiq.default_configuration : Sidekiq
+  end
+end
+
+# A spec that pushes from this process, as a web process does, to a redis-server of its own (@server,
+# started by an earlier before(:all)): every push goes through a pool of its own (Sidekiq 7 and 8 keep
+# the first pool any spec made), and Sidekiq's log, where refused pushes are told, is kept in
+# @client_log.
+RSpec.shared_context "a Sidekiq client of its own" do
+  include SidekiqConfig
+
+  before(:all) do
+    @pool = Sidekiq::RedisConnection.create(url: @server.url, size: 2)
+    @client_log = StringIO.new
+    @sidekiq_logger = sidekiq_config.logger
+    sidekiq_config.logger = Logger.new(@client_log)
+  end
+
+  after(:all) do
+    sidekiq_config.logger = @sidekiq_logger if @sidekiq_logger
+    @pool&.shutdown(&:close)
+  end
+
+  around { |example| Sidekiq::Client.via(@pool) { example.run } }
+end
