@@ -4,7 +4,10 @@
 //! of the release script (compare-and-delete, or hand-off to a queued waiter). With `threads` > 1,
 //! each thread has its own connection and its own key, as bench/locks.rb's threads do.
 //!
-//!     cargo run --release --example floor -- redis://127.0.0.1:6380/0 3 [threads]
+//!     cargo run --release --example floor -- redis://127.0.0.1:6380/0 3 [threads] [cycles]
+//!
+//! With `cycles`, each thread makes exactly that many cycles instead of cycling for `seconds`
+//! (bench/instructions.rb counts their instructions under callgrind).
 //!
 //! Prints `floor: <cycles> cycles in <seconds> s = <rate> cycles/s, <cpu> s CPU` (bench/floor.rb
 //! and bench/locks.rb read it): the CPU of the whole process, all threads, over those cycles.
@@ -25,6 +28,9 @@ fn main() -> redis::RedisResult<()> {
     let threads: usize = args
         .next()
         .map_or(1, |s| s.parse().expect("threads must be a whole number"));
+    let limit: Option<u64> = args
+        .next()
+        .map(|s| s.parse().expect("cycles must be a whole number"));
 
     let client = redis::Client::open(url.as_str())?;
     let connections = (0..threads)
@@ -35,7 +41,7 @@ fn main() -> redis::RedisResult<()> {
     let workers: Vec<_> = connections
         .into_iter()
         .enumerate()
-        .map(|(i, conn)| std::thread::spawn(move || cycles(conn, i, deadline)))
+        .map(|(i, conn)| std::thread::spawn(move || cycles(conn, i, deadline, limit)))
         .collect();
     let mut cycles: u64 = 0;
     for worker in workers {
@@ -63,11 +69,12 @@ fn process_cpu_seconds() -> f64 {
     now.tv_sec as f64 + now.tv_nsec as f64 / 1e9
 }
 
-/// Lock and unlock cycles on one connection and one key until `deadline`.
+/// Lock and unlock cycles on one connection and one key until `deadline`, or `limit` of them.
 fn cycles(
     mut conn: redis::Connection,
     thread: usize,
     deadline: Instant,
+    limit: Option<u64>,
 ) -> redis::RedisResult<u64> {
     let name = format!("floor:{}:{thread}", std::process::id());
     // The gem's own key layout, as a Locker with the default prefix builds it.
@@ -76,7 +83,7 @@ fn cycles(
         .lock_keys(name.as_bytes());
     let key = String::from_utf8_lossy(&lock_keys.lock).into_owned();
     let mut cycles: u64 = 0;
-    while Instant::now() < deadline {
+    while limit.map_or(Instant::now() < deadline, |limit| cycles < limit) {
         let token = uuid::Uuid::new_v4().to_string();
         let acquired = scripts::acquire(
             &mut conn,

@@ -78,25 +78,27 @@ impl LockCore {
         };
         // Safe to send again: a claim its token holds already is taken again.
         let route = self.redis_key(first.key);
-        self.round_trip(&route, interrupt, Some(&undo), |conn, _| {
-            CLAIM
-                .run_many(conn, &calls)?
-                .into_iter()
-                .map(claimed)
-                .collect()
-        })
+        self.pool()
+            .round_trip(&route, interrupt, Some(&undo), |conn, _| {
+                CLAIM
+                    .run_many(conn, &calls)?
+                    .into_iter()
+                    .map(claimed)
+                    .collect()
+            })
     }
 
     /// The token that holds `key` now, if any (none for a `limit: N` semaphore, which has N).
     pub fn holder(&self, key: &[u8], interrupt: &Interrupt) -> Result<Option<Vec<u8>>, LockError> {
         let redis_key = self.redis_key(key);
-        self.round_trip(&redis_key, interrupt, None, |conn, _| {
-            match redis::cmd("GET").arg(&redis_key).query(conn) {
-                // A `limit: N` semaphore: N holders, none of them "the" holder.
-                Err(error) if error.code() == Some("WRONGTYPE") => Ok(None),
-                reply => reply,
-            }
-        })
+        self.pool()
+            .round_trip(&redis_key, interrupt, None, |conn, _| {
+                match redis::cmd("GET").arg(&redis_key).query(conn) {
+                    // A `limit: N` semaphore: N holders, none of them "the" holder.
+                    Err(error) if error.code() == Some("WRONGTYPE") => Ok(None),
+                    reply => reply,
+                }
+            })
     }
 }
 

@@ -97,6 +97,8 @@ impl LockError {
 }
 
 impl fmt::Display for LockError {
+    /// The message a user reads, one arm per error: longer than 60 lines, kept whole so that the
+    /// messages read alike.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LockError::Connection { addr, cause, .. } => {

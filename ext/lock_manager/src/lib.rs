@@ -6,6 +6,7 @@ pub mod claims;
 mod connector;
 mod error;
 mod gvl;
+mod held;
 mod keys;
 mod lease_events;
 mod lock;
@@ -20,6 +21,7 @@ mod ruby;
 pub mod scripts;
 mod subscriber;
 mod token;
+mod transport;
 mod wait;
 mod waker;
 

@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use crate::error::LockError;
 use crate::gvl::Interrupt;
-use crate::lock_core::{Acquisition, HoldId, LockCore};
+use crate::held::{HoldId, Owner};
+use crate::lock_core::{Acquisition, LockCore};
 use crate::per_process::current_pid;
 use crate::renewal::{Lease, LeaseTerms};
 use crate::replies::FencingToken;
@@ -31,14 +32,15 @@ pub struct Lock {
 }
 
 impl Lock {
-    /// A lock just acquired for `request`, with the request's TTL; its lease started when it is
-    /// renewed.
+    /// A lock just acquired for `request` by `thread`, with the request's TTL; its lease started
+    /// when it is renewed.
     pub fn new(
         core: &Arc<LockCore>,
         key: Vec<u8>,
         token: String,
         acquired: Acquisition,
         request: Request,
+        thread: Owner,
     ) -> Lock {
         let taken = Instant::now();
         let lease = request.renewal.is_on().then(|| {
@@ -55,7 +57,7 @@ impl Lock {
             Renewal::Off => Some(taken + request.ttl()),
             renewed => renewed.hold_until(taken),
         };
-        let holder = (!request.is_shared()).then(|| core.hold(&key, until));
+        let holder = (!request.is_shared()).then(|| core.held().hold(&key, until, thread));
         Lock {
             core: Arc::clone(core),
             key,
@@ -120,7 +122,7 @@ impl Lock {
             .refresh(&self.key, &self.token, ttl_ms, limit, interrupt)?;
         if let (true, Some(id), false) = (refreshed, self.holder, self.request.renewal.is_on()) {
             let until = sent + std::time::Duration::from_millis(ttl_ms);
-            self.core.held_until(id, Some(until));
+            self.core.held().held_until(id, Some(until));
         }
         Ok(refreshed)
     }
@@ -158,7 +160,7 @@ impl Lock {
     fn forget_holder(&self) {
         if let Some(id) = self.holder {
             if !self.released.swap(true, Ordering::AcqRel) {
-                self.core.unhold(id);
+                self.core.held().unhold(id);
             }
         }
     }

@@ -47,14 +47,17 @@ impl RedisServer {
                 .spawn()
                 .unwrap_or_else(|error| panic!("{binary} on PATH (bin/test installs it): {error}"));
             let started = Instant::now();
-            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            // A server that lost the port to another process (listening or connected from it) exits:
+            // then another port.
+            let mut exited = false;
+            while !exited && std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
                 assert!(
                     started.elapsed() < Duration::from_secs(10),
                     "{binary} did not start"
                 );
                 thread::sleep(Duration::from_millis(10));
+                exited = child.try_wait().ok().flatten().is_some();
             }
-            // Listening, and ours: a server that lost the port to another process has exited.
             if child.try_wait().ok().flatten().is_none() {
                 return RedisServer { child, port };
             }

@@ -13,8 +13,9 @@ use magnus::{method, prelude::*, Error, IntoValue, RArray, RClass, RModule, RStr
 use crate::admin::{HolderView, LockView, Scan, WaiterView};
 use crate::error::LockError;
 use crate::lock_core::LockCore;
+use crate::ruby::call::{blocking, copy_bytes, copy_keys};
 use crate::ruby::errors;
-use crate::ruby::locker::{blocking, copy_bytes, copy_keys, NativeLocker};
+use crate::ruby::locker::NativeLocker;
 use crate::token;
 
 pub fn init(ruby: &Ruby, native: RModule) -> Result<(), Error> {

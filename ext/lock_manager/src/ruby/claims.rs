@@ -6,9 +6,10 @@ use magnus::{method, prelude::*, Error, IntoValue, RArray, RClass, RModule, RStr
 use crate::claims::{ClaimRequest, Claimed};
 use crate::lock::Lock;
 use crate::lock_core::Acquisition;
+use crate::ruby::call::{blocking, copy_bytes, copy_keys, current_thread, request};
 use crate::ruby::errors;
 use crate::ruby::lock::NativeLock;
-use crate::ruby::locker::{blocking, copy_bytes, copy_keys, request, NativeLocker};
+use crate::ruby::locker::NativeLocker;
 
 pub fn init(native: RModule) -> Result<(), Error> {
     let class: RClass = native.const_get("Locker")?;
@@ -64,7 +65,10 @@ fn adopt(
     let key_bytes = copy_bytes(key);
     let core = rb_self.core();
     let to_ruby = |e| errors::for_key(ruby, e, key);
-    core.check_not_held(&key_bytes).map_err(to_ruby)?;
+    let thread = current_thread(ruby);
+    core.held()
+        .check_not_held(&key_bytes, thread)
+        .map_err(to_ruby)?;
     let claims = [ClaimRequest {
         key: &key_bytes,
         token: &token,
@@ -75,7 +79,7 @@ fn adopt(
     match claimed {
         Claimed::Taken(fencing_token) => {
             let acquired = Acquisition::for_claimed_ttl(fencing_token);
-            let lock = Lock::new(core, key_bytes, token, acquired, request);
+            let lock = Lock::new(core, key_bytes, token, acquired, request, thread);
             Ok(ruby.obj_wrap(NativeLock::from(lock)).as_value())
         }
         held => Ok(shown(ruby, held)),

@@ -6,8 +6,8 @@ use magnus::{function, Error, IntoValue, RArray, RModule, Ruby, Value};
 
 use crate::lease_events::{self, LeaseEvent};
 use crate::request::wait_from_seconds;
+use crate::ruby::call::blocking;
 use crate::ruby::errors;
-use crate::ruby::locker::blocking;
 
 pub fn init(native: RModule) -> Result<(), Error> {
     native.define_module_function("listen_to_leases", function!(listen, 0))?;

@@ -4,8 +4,8 @@
 use magnus::{method, prelude::*, Error, RModule, Ruby};
 
 use crate::lock::Lock;
+use crate::ruby::call::blocking;
 use crate::ruby::errors;
-use crate::ruby::locker::blocking;
 
 #[magnus::wrap(class = "LockManager::Native::Lock", free_immediately, size)]
 pub struct NativeLock(Lock);

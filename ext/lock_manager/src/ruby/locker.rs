@@ -8,18 +8,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use magnus::{
-    function, method, prelude::*, Error, Integer, IntoValue, RArray, RModule, RString, Ruby,
-    TryConvert, Value,
+    function, method, prelude::*, Error, IntoValue, RHash, RModule, RString, Ruby, TryConvert,
+    Value,
 };
 
 use crate::connector;
-use crate::error::LockError;
-use crate::gvl::{self, Interrupt};
+use crate::gvl;
+use crate::held::Owner;
 use crate::keys;
 use crate::lock::Lock;
 use crate::lock_core::{Acquisition, Claim, LockCore, LockSettings, Replication};
 use crate::pool::{PoolSettings, Topology};
-use crate::request::{wait_from_seconds, Renewal, Request};
+use crate::request::Request;
+use crate::ruby::call::{blocking, copy_bytes, current_thread, request};
 use crate::ruby::errors;
 use crate::ruby::lock::NativeLock;
 use crate::token;
@@ -31,7 +32,7 @@ pub struct NativeLocker {
 
 pub fn init(ruby: &Ruby, native: RModule) -> Result<(), Error> {
     let class = native.define_class("Locker", ruby.class_object())?;
-    class.define_singleton_method("new", function!(NativeLocker::new, 12))?;
+    class.define_singleton_method("new", function!(NativeLocker::new, 1))?;
     class.define_method("synchronize", method!(NativeLocker::synchronize, 6))?;
     class.define_method("lock", method!(NativeLocker::lock, 5))?;
     class.define_method("locked?", method!(NativeLocker::is_locked, 1))?;
@@ -40,6 +41,8 @@ pub fn init(ruby: &Ruby, native: RModule) -> Result<(), Error> {
     class.define_method("maxmemory_policy", policy)?;
     native.define_module_function("key_prefix_problem", function!(key_prefix_problem, 1))?;
     native.define_module_function("url_problem", function!(url_problem, 1))?;
+    native.define_module_function("new_token", function!(new_token, 1))?;
+    native.define_module_function("quote_key", function!(quote_key, 1))?;
     Ok(())
 }
 
@@ -51,6 +54,17 @@ fn url_problem(url: String) -> Option<String> {
 /// Why `prefix` cannot be a key prefix (it would reach the gem's own keys), or nil.
 fn key_prefix_problem(prefix: RString) -> Option<String> {
     keys::prefix_problem(unsafe { prefix.as_slice() })
+}
+
+/// A token of the calling thread, now, as an acquisition writes it (the testing mode's locks
+/// carry the same).
+fn new_token(limit: u32) -> String {
+    token::new_token(limit)
+}
+
+/// `key` quoted as the extension's messages quote it.
+fn quote_key(key: RString) -> String {
+    errors::quote_key(unsafe { key.as_slice() })
 }
 
 /// What `synchronize` did, as Ruby receives it: nil (taken by another; the block did not run),
@@ -77,67 +91,13 @@ impl NativeLocker {
         &self.core
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        ruby: &Ruby,
-        redis_url: String,
-        pool_size: u32,
-        pool_timeout: f64,
-        connect_timeout: f64,
-        read_timeout: f64,
-        retry_interval: f64,
-        key_prefix: RString,
-        sentinels: Option<Vec<String>>,
-        sentinel_master: Option<String>,
-        cluster: Option<Vec<String>>,
-        min_replicas: u32,
-        replica_timeout: f64,
-    ) -> Result<NativeLocker, Error> {
-        let seconds = |name: &str, value: f64| {
-            Duration::try_from_secs_f64(value)
-                .ok()
-                .filter(|d| !d.is_zero())
-                .ok_or_else(|| {
-                    LockError::Argument(format!("{name} must be a positive number of seconds"))
-                })
-        };
-        let settings = (|| {
-            if pool_size == 0 {
-                return Err(LockError::Argument("pool_size must be at least 1".into()));
-            }
-            let topology = match (sentinels, sentinel_master, cluster) {
-                (Some(sentinels), Some(master), None) => Topology::Sentinel { sentinels, master },
-                (None, None, Some(seeds)) => Topology::Cluster { seeds },
-                (None, None, None) => Topology::Standalone,
-                _ => {
-                    return Err(LockError::Argument(
-                        "sentinels (with sentinel_master) and cluster exclude each other".into(),
-                    ))
-                }
-            };
-            Ok(LockSettings {
-                pool: PoolSettings {
-                    redis_url,
-                    topology,
-                    pool_size,
-                    pool_timeout: seconds("pool_timeout", pool_timeout)?,
-                    connect_timeout: seconds("connect_timeout", connect_timeout)?,
-                    read_timeout: seconds("read_timeout", read_timeout)?,
-                },
-                key_prefix: copy_bytes(key_prefix),
-                retry_interval: seconds("retry_interval", retry_interval)?,
-                replication: Some(Replication {
-                    replicas: min_replicas,
-                    timeout: seconds("replica_timeout", replica_timeout)?,
-                }),
-            })
-        })();
-        settings
-            .and_then(LockCore::new)
-            .map(|core| NativeLocker {
-                core: Arc::new(core),
-            })
-            .map_err(|e| errors::unkeyed(ruby, e))
+    /// `settings`: the Hash `Configuration.check` returned, every rule checked there.
+    fn new(ruby: &Ruby, settings: RHash) -> Result<NativeLocker, Error> {
+        let core = LockCore::new(lock_settings(ruby, settings)?);
+        core.map(|core| NativeLocker {
+            core: Arc::new(core),
+        })
+        .map_err(|e| errors::unkeyed(ruby, e))
     }
 
     /// Runs the block while holding the lock (see `Outcome`). The block receives the fencing
@@ -160,12 +120,14 @@ impl NativeLocker {
         renewal: Value,
     ) -> Result<Outcome, Error> {
         let request = request(ttl_ms, wait, limit, fair, renewal)?;
-        let Some((key_bytes, token, acquired)) = acquire(ruby, &rb_self.core, key, &request)?
+        let thread = current_thread(ruby);
+        let Some((key_bytes, token, acquired)) =
+            acquire(ruby, &rb_self.core, key, &request, thread)?
         else {
             return Ok(Outcome::Taken);
         };
         let contended = acquired.contended;
-        let lock = Lock::new(&rb_self.core, key_bytes, token, acquired, request);
+        let lock = Lock::new(&rb_self.core, key_bytes, token, acquired, request, thread);
         let fencing_token = lock.fencing_token();
         // Released whatever the block did; the Ruby layer rescues the block's exceptions to
         // re-raise them after it has seen this outcome (throw, break and Thread#kill pass).
@@ -192,11 +154,13 @@ impl NativeLocker {
         renewal: Value,
     ) -> Result<Option<NativeLock>, Error> {
         let request = request(ttl_ms, wait, 1, fair, renewal)?;
-        let Some((key_bytes, token, acquired)) = acquire(ruby, &rb_self.core, key, &request)?
+        let thread = current_thread(ruby);
+        let Some((key_bytes, token, acquired)) =
+            acquire(ruby, &rb_self.core, key, &request, thread)?
         else {
             return Ok(None);
         };
-        let lock = Lock::new(&rb_self.core, key_bytes, token, acquired, request);
+        let lock = Lock::new(&rb_self.core, key_bytes, token, acquired, request, thread);
         // An interrupt already pending would raise as soon as we return: release first, so the
         // exception does not leak the lock.
         if let Err(interrupt) = ruby.thread_check_ints() {
@@ -222,28 +186,6 @@ impl NativeLocker {
     fn pool_state(&self) -> (u32, u32) {
         self.core.pool().state()
     }
-}
-
-/// The request of one lock call, from what Ruby passes.
-pub fn request(
-    ttl_ms: u64,
-    wait: Option<f64>,
-    limit: u32,
-    fair: bool,
-    renewal: Value,
-) -> Result<Request, Error> {
-    let renewal = match Integer::from_value(renewal) {
-        Some(cap_ms) => Renewal::Capped(Duration::from_millis(cap_ms.to_u64()?)),
-        None if renewal.to_bool() => Renewal::UntilReleased,
-        None => Renewal::Off,
-    };
-    Ok(Request {
-        ttl_ms,
-        wait: wait.map(wait_from_seconds),
-        limit: limit.max(1),
-        fair,
-        renewal,
-    })
 }
 
 /// Releases the lock after its block; whether it was held to the end. A release that fails
@@ -275,11 +217,14 @@ fn acquire(
     core: &LockCore,
     key: RString,
     request: &Request,
+    thread: Owner,
 ) -> Result<Option<(Vec<u8>, String, Acquisition)>, Error> {
     let key_bytes = copy_bytes(key);
     let to_ruby = |e| errors::for_key(ruby, e, key);
     if !request.is_shared() {
-        core.check_not_held(&key_bytes).map_err(to_ruby)?;
+        core.held()
+            .check_not_held(&key_bytes, thread)
+            .map_err(to_ruby)?;
     }
     let started = Instant::now();
     let deadline = request.deadline(started);
@@ -306,29 +251,42 @@ fn acquire(
     }))
 }
 
-/// Runs `work` without the GVL until it finishes. When Ruby interrupts it, Ruby's own exception
-/// (Timeout::Error, Interrupt, a kill) is raised here, after Rust cleaned up; an interrupt that
-/// raises nothing (Thread#wakeup) lets the work resume. Other errors become `to_ruby`'s.
-pub fn blocking<R>(
-    ruby: &Ruby,
-    to_ruby: impl FnOnce(LockError) -> Error,
-    mut work: impl FnMut(&Interrupt) -> Result<R, LockError>,
-) -> Result<R, Error> {
-    loop {
-        match gvl::without_gvl(|interrupt| work(interrupt)) {
-            Err(LockError::Interrupted) => ruby.thread_check_ints()?,
-            outcome => return outcome.map_err(to_ruby),
-        }
-    }
-}
-
-pub fn copy_bytes(key: RString) -> Vec<u8> {
-    unsafe { key.as_slice() }.to_vec()
-}
-
-/// Each String of `keys`, copied (a TypeError for anything else).
-pub fn copy_keys(keys: RArray) -> Result<Vec<Vec<u8>>, Error> {
-    keys.into_iter()
-        .map(|key| RString::try_convert(key).map(copy_bytes))
-        .collect()
+/// A Locker's settings, read from the Hash of `Configuration.check` (symbol keys, every value of
+/// the type and range its check ensures; it lets through one topology at most, and sentinels only
+/// with their master).
+fn lock_settings(ruby: &Ruby, settings: RHash) -> Result<LockSettings, Error> {
+    let get = |name: &str| settings.fetch::<_, Value>(ruby.to_symbol(name));
+    let seconds = |name: &str| -> Result<Duration, Error> {
+        let value = f64::try_convert(get(name)?)?;
+        Duration::try_from_secs_f64(value)
+            .map_err(|e| Error::new(ruby.exception_type_error(), format!("{name}: {e}")))
+    };
+    let (sentinels, cluster) = (get("sentinels")?, get("cluster")?);
+    let topology = match (
+        Option::<Vec<String>>::try_convert(cluster)?,
+        sentinels.is_nil(),
+    ) {
+        (Some(seeds), _) => Topology::Cluster { seeds },
+        (None, false) => Topology::Sentinel {
+            sentinels: TryConvert::try_convert(sentinels)?,
+            master: TryConvert::try_convert(get("sentinel_master")?)?,
+        },
+        (None, true) => Topology::Standalone,
+    };
+    Ok(LockSettings {
+        pool: PoolSettings {
+            redis_url: TryConvert::try_convert(get("redis_url")?)?,
+            topology,
+            pool_size: TryConvert::try_convert(get("pool_size")?)?,
+            pool_timeout: seconds("pool_timeout")?,
+            connect_timeout: seconds("connect_timeout")?,
+            read_timeout: seconds("read_timeout")?,
+        },
+        key_prefix: copy_bytes(TryConvert::try_convert(get("key_prefix")?)?),
+        retry_interval: seconds("retry_interval")?,
+        replication: Some(Replication {
+            replicas: TryConvert::try_convert(get("min_replicas")?)?,
+            timeout: seconds("replica_timeout")?,
+        }),
+    })
 }

@@ -3,6 +3,7 @@
 //! (but for `gvl.rs`, which releases its lock).
 
 pub mod admin;
+pub mod call;
 pub mod claims;
 pub mod errors;
 pub mod lease_events;
