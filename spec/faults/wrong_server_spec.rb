@@ -32,7 +32,7 @@ RSpec.describe "A Redis that cannot serve locks" do
   end
 
   it "a replica that lost its primary, serving no stale data (MASTERDOWN): ReadOnlyError; dropped" do
-    replica = own_server(FaultyRedisServer, args: ["--replicaof", "127.0.0.1", RedisServer.free_port.to_s,
+    replica = own_server(FaultyRedisServer, args: ["--replicaof", "127.0.0.1", FreePort.pick.to_s,
                                                    "--replica-serve-stale-data", "no"], start: :start_answering)
     locker = locker_on(replica, pool_size: 2)
     expect_refusal(locker, LockManager::ReadOnlyError, "MASTERDOWN")
@@ -56,11 +56,16 @@ RSpec.describe "A Redis that cannot serve locks" do
   describe "a Redis Cluster node" do
     # Two masters sharing the 16,384 slots, met: a key of the other's half is MOVED there.
     def cluster_of_two
-      nodes = Array.new(2) { start_server(args: %w[--cluster-enabled yes --cluster-node-timeout 5000]) }
+      # Each bus port picked (reserved) too: port + 10000 lies in the kernel's ephemeral range, where a
+      # connection's local port can hold it, and the node then exits at start.
+      buses = Array.new(2) { FreePort.pick }
+      nodes = buses.map do |bus|
+        start_server(args: ["--cluster-enabled", "yes", "--cluster-node-timeout", "5000", "--cluster-port", bus.to_s])
+      end
       nodes.each_with_index do |node, i|
         admin_of(node).call("CLUSTER", "ADDSLOTSRANGE", (i * 8192).to_s, ((i * 8192) + 8191).to_s)
       end
-      admin_of(nodes[0]).call("CLUSTER", "MEET", "127.0.0.1", nodes[1].port.to_s)
+      admin_of(nodes[0]).call("CLUSTER", "MEET", "127.0.0.1", nodes[1].port.to_s, buses[1].to_s)
       eventually(timeout: 10) { nodes.all? { |n| admin_of(n).call("CLUSTER", "INFO").include?("cluster_state:ok") } }
       nodes
     end
@@ -74,7 +79,7 @@ RSpec.describe "A Redis that cannot serve locks" do
       expect(error).not_to be_a(LockManager::ConnectionError)
       expect(error.message).to include("MOVED", "Cluster")
 
-      lone = start_server(args: %w[--cluster-enabled yes]) # no slot served at all
+      lone = start_server(args: ["--cluster-enabled", "yes", "--cluster-port", FreePort.pick.to_s]) # no slot served
       error, = outcome_and_time { locker_on(lone).nonblocking_lock("k") { :ran } }
       expect(error).to be_a(LockManager::ClusterDownError)
       expect(error.message).to include("CLUSTERDOWN")

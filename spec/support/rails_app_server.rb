@@ -6,6 +6,7 @@ require "net/http"
 require "open3"
 require "rbconfig"
 require "tmpdir"
+require_relative "free_port"
 require_relative "puma_process"
 
 # The app of spec/support/rails_app run once in a plain `ruby` (no Puma), with a database and log of its own in a
@@ -70,7 +71,7 @@ class RailsAppServer
     @env["LOCK_AT_BOOT"] = "1" if workers.positive?
     @workers = workers
     @threads = threads
-    @port = RedisServer.free_port
+    @port = FreePort.pick
     @dir = Dir.mktmpdir("lock_manager-rails")
   end
 
@@ -94,6 +95,7 @@ class RailsAppServer
     stop
   ensure
     FileUtils.rm_rf(@dir)
+    FreePort.release(@port)
   end
 
   def rails_log

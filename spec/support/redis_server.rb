@@ -4,6 +4,7 @@ require "fileutils"
 require "socket"
 require "tmpdir"
 require "redis"
+require_relative "free_port"
 require_relative "stack"
 
 # A real redis-server on a free loopback port, owned by the suite: it may be stopped, paused
@@ -21,7 +22,7 @@ class RedisServer
   #   every client thread one CPU share, and 8 threads' lock cycles measured 22-30% slower so
   #   (bench/locks.rb, 2026-11-23). Not for the specs: out of the terminal's process group, the
   #   server would outlive a second Ctrl-C.
-  def initialize(port: RedisServer.free_port, password: nil, tls: false, unix: false, own_session: false)
+  def initialize(port: FreePort.pick, password: nil, tls: false, unix: false, own_session: false)
     @port = port
     @password = password
     @tls = tls
@@ -37,13 +38,6 @@ class RedisServer
 
   def socket
     File.join(@dir, "redis.sock")
-  end
-
-  def self.free_port
-    server = TCPServer.new("127.0.0.1", 0)
-    server.addr[1]
-  ensure
-    server&.close
   end
 
   def url(password: @password)
@@ -88,6 +82,7 @@ class RedisServer
   def shutdown
     stop
     FileUtils.rm_rf(@dir)
+    FreePort.release(port)
   end
 
   # A plain redis-rb client, for looking at what the gem wrote.

@@ -190,7 +190,12 @@ class ClusterNode < TopologyNode
   def initialize(node_timeout: 1000)
     super()
     @node_timeout = node_timeout
-    @bus_port = RedisServer.free_port while @bus_port.nil? || @bus_port == port
+    @bus_port = FreePort.pick # never the node's own: that one is reserved already
+  end
+
+  def shutdown
+    super
+    FreePort.release(bus_port)
   end
 
   # Its node ID, which nodes.conf keeps across restarts.
@@ -579,6 +584,28 @@ module SentinelFaults
         sentinels.select(&:running?).all? { |sentinel| healthy_replica?(sentinel, node) }
     end
     node
+  rescue RuntimeError => e
+    raise e, "#{e.message}\n#{replica_views(node)}"
+  end
+
+  # What the node and each sentinel say of it, and the end of their logs: why it is not a replica yet.
+  def replica_views(node)
+    [answer_of(node) { |admin| "#{node.inspect} ROLE #{admin.call("ROLE").inspect}" },
+     *sentinels.select(&:running?).map { |sentinel| sentinel_view(sentinel, node) }].join("\n")
+  end
+
+  def sentinel_view(sentinel, node)
+    seen = answer_of(sentinel) do
+      replica_entry(sentinel, node)&.slice("flags", "master-link-status", "role-reported")
+    end
+    log = File.exist?(sentinel.log_file) ? File.read(sentinel.log_file).lines.last(12).join : ""
+    "sentinel #{sentinel.port} sees #{seen.inspect}; its log ends:\n#{log}"
+  end
+
+  def answer_of(node)
+    yield node.admin
+  rescue Redis::BaseError => e
+    e.message
   end
 end
 
@@ -596,8 +623,10 @@ class RedisSentinelSet
 
   # @param password [String, nil] requirepass and masterauth of the data nodes (sentinel auth-pass)
   # @param sentinel_password [String, nil] requirepass of the sentinels (sentinel sentinel-pass)
-  # @param down_after [Integer] ms without an answer before the sentinels fail the primary over
-  def initialize(name: "mymaster", password: nil, sentinel_password: nil, down_after: 1000)
+  # @param down_after [Integer] ms without an answer before the sentinels fail the primary over. A
+  #   sentinel starts that clock for a new primary when a failover names it; on a loaded machine its
+  #   first PONG can take over a second, and a second failover would follow the first.
+  def initialize(name: "mymaster", password: nil, sentinel_password: nil, down_after: 2000)
     @name = name
     @down_after = down_after
     @password = password
@@ -704,9 +733,14 @@ class RedisSentinelSet
   end
 
   def healthy_replica?(sentinel, node)
-    sentinel.admin.call("SENTINEL", "REPLICAS", name).map { |fields| Hash[*fields] }.any? do |replica|
-      replica["port"] == node.port.to_s && replica["flags"] == "slave" && replica["master-link-status"] == "ok"
-    end
+    replica = replica_entry(sentinel, node)
+    replica && replica["flags"] == "slave" && replica["master-link-status"] == "ok"
+  end
+
+  # What `sentinel` lists of `node` among the replicas (SENTINEL REPLICAS), nil if nothing.
+  def replica_entry(sentinel, node)
+    sentinel.admin.call("SENTINEL", "REPLICAS", name).map { |fields| Hash[*fields] }
+            .find { |replica| replica["port"] == node.port.to_s }
   end
 end
 

@@ -22,7 +22,7 @@ class WebRailsAppServer
     FileUtils.cp_r(APP, app_dir)
     @env = { "RAILS_ENV" => environment, "REDIS_URL" => redis_url, "LOCK_PREFIX" => prefix,
              "RAILS_LOG_PATH" => File.join(@dir, "rails.log"), "API_ONLY" => api_only }
-    @port = RedisServer.free_port
+    @port = FreePort.pick
   end
 
   # Returns once Puma listens: it binds after loading the app, and the first request is the spec's own
@@ -48,6 +48,7 @@ class WebRailsAppServer
     @pid = nil
   ensure
     FileUtils.rm_rf(@dir)
+    FreePort.release(@port)
   end
 
   # Adds a route to config/routes.rb as a developer would: development reloads the routes at the next

@@ -15,7 +15,7 @@ class WebServer
   def initialize(redis_url:, key_prefix:)
     @redis_url = redis_url
     @key_prefix = key_prefix
-    @port = RedisServer.free_port
+    @port = FreePort.pick
     @log_path = File.join(Dir.mktmpdir("lock_manager-web"), "web.log")
   end
 
