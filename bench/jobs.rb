@@ -42,6 +42,7 @@ require "securerandom"
 require "socket"
 require_relative "support"
 require_relative "../lib/lock_manager/worker"
+require_relative "job_classes"
 
 PUSHES = Integer(ENV.fetch("PUSHES", "10000"))
 ROUNDS = Integer(ENV.fetch("ROUNDS", "5"))
@@ -50,28 +51,10 @@ COUNTED = Integer(ENV.fetch("COUNTED", "200"))
 BATCH = 1_000
 WARMUP = 500
 BULK_TARGET = 2 # lock_manager's round trips per batch of 1,000, at most
-QUEUE = "bench"
 COMMANDS = %w[evalsha eval get set incr sadd lpush].freeze
 RUN = SecureRandom.hex(4) # in every job's arguments
 
 class BenchBug < StandardError; end
-
-# The baseline: no lock_with (the gem's client middleware still sees it, and lets it through).
-class PlainJob
-  include Sidekiq::Worker
-  sidekiq_options queue: QUEUE
-
-  def perform(*); end
-end
-
-# Unique until it has run: its lock is claimed at push, held by the job's jid.
-class UniqueJob
-  include LockManager::Worker
-  sidekiq_options queue: QUEUE
-  lock_with :until_executed, unique_for: 3600
-
-  def perform(*); end
-end
 
 # Counts LockManager::Locker#claim calls and their keys: one round trip per call on one Redis
 # (ext/lock_manager/src/claims.rs). Prepended for the counted pass only.
@@ -344,7 +327,7 @@ end
 # Every accepted push is in the queue, and no refused one.
 def check_queue(timed)
   accepted = timed.sum { |totals| totals.sum { |kind, total| kind.include?("refused") ? 0 : total[:pushes] } }
-  queued = ADMIN.llen("queue:#{QUEUE}") - (2 * WARMUP)
+  queued = ADMIN.llen("queue:#{JOB_QUEUE}") - (2 * WARMUP)
   raise BenchBug, "#{queued} jobs queued by the measured steps, #{accepted} accepted" unless queued == accepted
 
   puts "#{queued} jobs queued by the measured steps: every accepted push, no refused one"

@@ -47,7 +47,7 @@ module Bench
   # @return [String] the path of its executable
   def example(name)
     root = File.expand_path("..", __dir__)
-    path = File.join(root, "target/release/examples", name)
+    path = File.join(File.expand_path(ENV.fetch("CARGO_TARGET_DIR", "target"), root), "release/examples", name)
     output, built = Open3.capture2e({ "RUBY" => RbConfig.ruby }, "cargo", "build", "--quiet", "--release",
                                     "--example", name, chdir: root)
     return path if built.success?
