@@ -3,7 +3,7 @@
 require_relative "lock_manager/version"
 require_relative "lock_manager/errors"
 require_relative "lock_manager/arguments"
-require_relative "lock_manager/topology_arguments"
+require_relative "lock_manager/arguments/topology"
 require_relative "lock_manager/configuration"
 require_relative "lock_manager/result"
 require_relative "lock_manager/lock"
@@ -43,17 +43,18 @@ require_relative "lock_manager/locker"
 # Distributed locks on Redis, with a Rust core.
 module LockManager
   # Loaded on first use: only Sidekiq apps need Sidekiq, only Rails apps the helper.
-  autoload :ActiveJob, "lock_manager/active_job"
+  autoload :ActiveJob, "lock_manager/jobs/active_job"
   autoload :Admin, "lock_manager/admin"
   autoload :CLI, "lock_manager/cli"
-  autoload :Job, "lock_manager/worker"
-  autoload :JobLock, "lock_manager/job_lock"
-  autoload :JobOptions, "lock_manager/job_options"
-  autoload :Lockable, "lock_manager/lockable"
-  autoload :OnRedisError, "lock_manager/on_redis_error"
-  autoload :Sidekiq, "lock_manager/sidekiq"
+  autoload :Job, "lock_manager/jobs/worker"
+  autoload :JobLock, "lock_manager/jobs/job_lock"
+  autoload :JobOptions, "lock_manager/jobs/options"
+  autoload :CheckedJobOptions, "lock_manager/jobs/options"
+  autoload :Lockable, "lock_manager/rails/lockable"
+  autoload :OnRedisError, "lock_manager/jobs/on_redis_error"
+  autoload :Sidekiq, "lock_manager/jobs/sidekiq"
   autoload :Testing, "lock_manager/testing"
-  autoload :Worker, "lock_manager/worker"
+  autoload :Worker, "lock_manager/jobs/worker"
 
   @config = Configuration.new
   @locker = nil
@@ -103,4 +104,4 @@ module LockManager
   end
 end
 
-require_relative "lock_manager/railtie" if defined?(Rails::Railtie)
+require_relative "lock_manager/rails/railtie" if defined?(Rails::Railtie)

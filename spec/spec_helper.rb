@@ -27,6 +27,18 @@ require "lock_manager"
 # The settings a developer's environment gives (LOCK_MANAGER_REDIS_URL...) never reach the suite's Lockers.
 (LockManager::Configuration::ENVIRONMENT.values.flatten - ["REDIS_URL"]).each { |name| ENV.delete(name) }
 
+# Stopped from outside (bin/test's watchdog, past its limit): the example it hung in and where each
+# thread was, before TERM's usual exit. Processes forked from here just exit.
+SUITE_PID = Process.pid
+Signal.trap("TERM") do
+  if Process.pid == SUITE_PID
+    example = RSpec.current_example
+    warn "rspec: TERM in #{example ? "#{example.location} #{example.full_description}" : "no example"}"
+    Thread.list.each { |thread| warn "#{thread.inspect}\n    #{Array(thread.backtrace).first(20).join("\n    ")}" }
+  end
+  raise SignalException, "TERM"
+end
+
 RSpec.configure do |config|
   config.include SpecHelpers
   config.disable_monkey_patching!

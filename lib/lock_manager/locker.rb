@@ -30,10 +30,7 @@ module LockManager
     # @raise [ArgumentError] naming the first bad option
     def initialize(**options)
       @settings = Configuration.check(LockManager.config.locker_options.merge(options)).freeze
-      @native = Native::Locker.new(*@settings.values_at(:redis_url, :pool_size, :pool_timeout, :connect_timeout,
-                                                        :read_timeout, :retry_interval, :key_prefix, :sentinels,
-                                                        :sentinel_master, :cluster, :min_replicas,
-                                                        :replica_timeout))
+      @native = Native::Locker.new(@settings)
     end
 
     # Runs the block only if the lock is free right now. A block that takes an argument gets the

@@ -1,7 +1,5 @@
 # frozen_string_literal: true
 
-require "securerandom"
-require "socket"
 require_relative "../lock_manager"
 require_relative "testing/request"
 require_relative "testing/unconnected"
@@ -37,9 +35,6 @@ module LockManager
         @mutex.synchronize { @last += 1 }
       end
     end
-
-    # Longest part of a key quoted in a message, as the extension quotes it.
-    KEY_PREVIEW_CHARS = 120
 
     @fencing = Fencing.new
     @store = Store.new(@fencing)
@@ -103,31 +98,20 @@ module LockManager
         nil
       end
 
-      # A token in the form the extension writes (`<host>/<pid>/<thread>/<since ms>/<random>`, and
-      # `/<limit>` for a semaphore's), so code that reads holders finds the same fields.
+      # A token as the extension writes it (`<host>/<pid>/<thread>/<since ms>/<random>`, and `/<limit>` for a
+      # semaphore's): the core makes it, so code that reads holders finds the same fields.
       # @api private
       def token(limit)
-        thread = Thread.current.respond_to?(:native_thread_id) ? Thread.current.native_thread_id : 0
-        "#{host}/#{Process.pid}/#{thread}/#{(Time.now.to_f * 1000).floor}/#{SecureRandom.hex(8)}" \
-          "#{"/#{limit}" if limit > 1}"
+        Native.new_token(limit)
       end
 
-      # `"key"` as the extension's messages quote it.
+      # `"key"` as the extension's messages quote it (the core quotes it).
       # @api private
       def quote(key)
-        text = key.to_s.dup.force_encoding(Encoding::UTF_8).scrub("\uFFFD")
-        "#{text[0, KEY_PREVIEW_CHARS].inspect}#{" (truncated)" if text.length > KEY_PREVIEW_CHARS}"
+        Native.quote_key(key.to_s)
       end
 
       private
-
-      # The host name as the extension puts it in tokens: 64 bytes at most, only [A-Za-z0-9._-].
-      def host
-        @host ||= begin
-          name = Socket.gethostname.b[0, 64].gsub(/[^A-Za-z0-9._-]/n, "_")
-          name.empty? ? "unknown" : name
-        end
-      end
 
       def within(backend)
         raise ArgumentError, "a block is required" unless block_given?

@@ -195,12 +195,7 @@ RSpec.describe "ActiveJob with LockManager::Worker (:async adapter)" do
   let(:admin) { @server.client }
   let(:elsewhere_on_server) { LockManager::Locker.new(redis_url: @server.url, key_prefix: prefix) }
 
-  before do
-    LockManager.configure do |c|
-      c.redis_url = @server.url
-      c.key_prefix = prefix
-    end
-  end
+  before { configure_shared_locker!(@server.url) }
 
   after do
     AjAsync.reset!

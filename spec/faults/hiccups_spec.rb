@@ -130,11 +130,6 @@ RSpec.describe "Waiters ride out Redis hiccups" do
   end
 
   describe "pooled connections that died while idle" do
-    def fill(locker, size)
-      admin.call("CLIENT", "PAUSE", 200, "ALL") # every call holds a connection at once
-      Array.new(size) { |i| Thread.new { locker.locked?("fill#{i}") } }.each(&:join)
-    end
-
     # @param thread [Integer] keeps each thread's keys its own
     def hundred_calls(locker, thread = 0)
       Array.new(100) do |i|
@@ -156,7 +151,7 @@ RSpec.describe "Waiters ride out Redis hiccups" do
 
     it "killed by CLIENT KILL: the next 100 calls all succeed" do
       locker = locker_on(server, pool_size: 5)
-      fill(locker, 5)
+      fill_pool(locker, 5)
       expect(locker.pool_state).to eq([5, 5])
       pool_client_ids(admin).each { |id| admin.call("CLIENT", "KILL", "ID", id) }
       expect(hundred_calls(locker)).to all(eq(:ran))
@@ -164,7 +159,7 @@ RSpec.describe "Waiters ride out Redis hiccups" do
 
     it "closed by a restart: the next 100 calls on every thread succeed" do
       locker = locker_on(server, pool_size: 5)
-      fill(locker, 5)
+      fill_pool(locker, 5)
       server.kill
       server.start
       outcomes = Array.new(4) { |thread| Thread.new { hundred_calls(locker, thread) } }.flat_map(&:value)
@@ -173,7 +168,7 @@ RSpec.describe "Waiters ride out Redis hiccups" do
 
     it "closed by the server's idle timeout: the next calls succeed" do
       locker = locker_on(server, pool_size: 3)
-      fill(locker, 3)
+      fill_pool(locker, 3)
       admin.config(:set, "timeout", "1")
       # Redis closes idle clients from its once-a-second cron, counting whole seconds
       eventually(timeout: 6) { pool_client_ids(admin).empty? }

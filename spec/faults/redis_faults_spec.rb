@@ -398,12 +398,6 @@ RSpec.describe "Redis faults" do
   end
 
   describe "CLIENT KILL of every pooled connection while a block runs" do
-    # Opens `size` connections at once: concurrent calls while Redis holds every command.
-    def fill_pool(locker, size)
-      admin.call("CLIENT", "PAUSE", 300, "ALL")
-      Array.new(size) { |i| Thread.new { locker.locked?("fill#{i}") } }.each(&:join)
-    end
-
     %i[nonblocking_lock blocking_lock].each do |method|
       it "#{method}: the release after the block still works, and the pool refills and works" do
         log = capture_log

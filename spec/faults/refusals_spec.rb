@@ -496,7 +496,7 @@ RSpec.describe "Refusals" do
       catch_error.call { locker.blocking_lock("held", timeout: 0.2) {} }
       held.release
       # Nobody listening, with the password in the URL.
-      catch_error.call { locker(url: "redis://:#{password}@127.0.0.1:#{RedisServer.free_port}/0").try_lock("k") }
+      catch_error.call { locker(url: "redis://:#{password}@127.0.0.1:#{FreePort.pick}/0").try_lock("k") }
       # Lost locks: a warning (on_lost: :warn), and LockLost (on_lost: :raise).
       LockManager::Locker.nonblocking_lock("lost", timeout: 0.05) { sleep 0.1 }
       catch_error.call { locker(on_lost: :raise).nonblocking_lock("lost", timeout: 0.05) { sleep 0.1 } }

@@ -6,6 +6,20 @@ require "spec_helper"
 RSpec.describe "Asking again for a lock this thread holds" do
   let(:locker) { new_locker }
 
+  it "is the Ruby Thread that holds it, not the native thread under it, which Ruby gives the next Thread" do
+    holding = Thread.new { locker.try_lock("handed", timeout: 30) }.value # the handle outlives its thread
+    # Ruby 3.1 runs the next Thread on the finished one's native thread (3.3.8 starts a new one).
+    asking = Thread.new do
+      locker.try_lock("handed", timeout: 30)
+    rescue LockManager::AlreadyHeld => e
+      e
+    end.value
+
+    expect(holding).to be_a(LockManager::Lock)
+    expect(asking).to be_nil # held by another: not this thread's own lock
+    holding.release
+  end
+
   it "raises AlreadyHeld at once, naming the key, from every call" do
     locker.nonblocking_lock("job") do
       calls = [

@@ -83,15 +83,13 @@ RSpec.describe "a Rails app", :rails do
 
     it "answers a request that waits (blocking_lock) once another holder releases" do
       lock = holder(app_prefix).try_lock("report", timeout: 10)
-      waiting = Thread.new do
-        started = monotonic
-        [*app.post("/locks/wait", key: "report", wait: 5), monotonic - started]
-      end
+      started = monotonic # before the thread, which may start after the sleep below has begun
+      waiting = Thread.new { [*app.post("/locks/wait", key: "report", wait: 5), monotonic] }
       sleep 0.5
       lock.release
-      status, body, took = waiting.value
+      status, body, answered = waiting.value
       expect(status).to eq(200)
-      expect(took).to be_between(0.5, 3)
+      expect(answered - started).to be_between(0.5, 3)
       expect(body["fencing_token"]).to be > lock.fencing_token
     end
 

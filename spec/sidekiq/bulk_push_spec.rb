@@ -3,9 +3,6 @@
 require "spec_helper"
 require "digest"
 require "json"
-require "logger"
-require "stringio"
-require "sidekiq"
 require_relative "../support/sidekiq_client"
 require_relative "../support/slow_link"
 require_relative "../support/unique_jobs"
@@ -24,26 +21,17 @@ RSpec.describe "Sidekiq bulk pushes of unique jobs" do
   include_context "a Sidekiq client of its own"
 
   before do
-    use_locks(@server.url)
+    use_locks("bulk:")
     @client_log.truncate(0)
     @client_log.rewind
   end
 
   after do
     admin.del("queue:parked", "schedule")
-    admin.close
   end
 
-  let(:admin) { @server.client }
   let(:parked) { UniqueJobs::BulkJob.set(queue: "parked") }
   let(:base) { rand(1 << 30) * 1_000 }
-
-  def use_locks(url)
-    LockManager.configure do |c|
-      c.redis_url = url
-      c.key_prefix = "bulk:"
-    end
-  end
 
   def key_of(*args)
     "bulk:#{UniqueJobs::BulkJob.name}:#{Digest::SHA256.hexdigest(JSON.generate(args))[0, 32]}"
@@ -67,7 +55,7 @@ RSpec.describe "Sidekiq bulk pushes of unique jobs" do
      "the claims take one round trip" do
     args = Array.new(100) { |n| [base + n] }
     link = SlowLink.new(@server.port)
-    use_locks(link.url)
+    use_locks("bulk:", url: link.url)
     parked.perform_async(base - 1) # opens the pooled connection and loads the script, through the link
     link.slow_down(0.3)
     result = parked.perform_bulk(args * 2)

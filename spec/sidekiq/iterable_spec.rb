@@ -2,9 +2,6 @@
 
 require "spec_helper"
 require "json"
-require "logger"
-require "stringio"
-require "sidekiq"
 require_relative "../support/sidekiq_client"
 require_relative "../support/sidekiq_process"
 require_relative "../support/monitor"
@@ -28,19 +25,11 @@ RSpec.describe "Sidekiq::IterableJob with lock_with" do
 
   include_context "a Sidekiq client of its own"
 
-  before do
-    LockManager.configure do |c|
-      c.redis_url = @server.url
-      c.key_prefix = "it:"
-    end
-  end
+  before { use_locks("it:") }
 
   after do
     admin.del("queue:iterable", "schedule")
-    admin.close
   end
-
-  let(:admin) { @server.client }
 
   # One thread, so that the job pushed back at TERM is not fetched again by another one as it stops.
   def start_sidekiq(env = {})

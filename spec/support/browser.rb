@@ -53,8 +53,11 @@ class Browser
     driver.find_elements(css: css)
   end
 
+  # The page's text; "" while a navigation (a form's POST and its redirect) has no body yet.
   def text
     find("body").text
+  rescue Selenium::WebDriver::Error::NoSuchElementError, Selenium::WebDriver::Error::StaleElementReferenceError
+    ""
   end
 
   # Accepts a window.confirm if the page raised one (Sidekiq 7's data-confirm does; Debian's 6.4.1

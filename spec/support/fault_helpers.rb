@@ -131,6 +131,17 @@ module FaultHelpers
     admin.client(:list).reject { |c| c["id"].to_i == me || c["flags"].include?("P") }.map { |c| c["id"].to_i }
   end
 
+  # Makes `locker`'s pool hold `size` connections: `size` calls at once while Redis is paused. On a
+  # loaded machine a thread may start after the pause ended and reuse a connection: so again until
+  # the pool holds them.
+  def fill_pool(locker, size)
+    eventually(timeout: 10) do
+      admin.call("CLIENT", "PAUSE", 300, "ALL")
+      Array.new(size) { |i| Thread.new { locker.locked?("fill#{i}") } }.each(&:join)
+      locker.pool_state.first == size
+    end
+  end
+
   def command_calls(admin, name)
     admin.info("commandstats").dig(name, "calls").to_i
   end

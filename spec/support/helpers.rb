@@ -83,17 +83,17 @@ module SpecHelpers
     LockManager.instance_variable_set(:@locker, nil)
   end
 
-  # Points the shared Locker (LockManager::Locker.nonblocking_lock & co.) at the suite's Redis,
-  # under this example's prefix.
-  def configure_shared_locker!
+  # Points the shared Locker (LockManager::Locker.nonblocking_lock & co.) at the suite's Redis (or `url`),
+  # under this example's prefix (or `key_prefix`).
+  def configure_shared_locker!(url = redis_url, key_prefix: prefix)
     LockManager.configure do |c|
-      c.redis_url = redis_url
-      c.key_prefix = prefix
+      c.redis_url = url
+      c.key_prefix = key_prefix
     end
   end
 
   # A Redis that is not listening: anything reaching it fails with ConnectionError.
   def closed_url
-    "redis://127.0.0.1:#{RedisServer.free_port}/0"
+    "redis://127.0.0.1:#{FreePort.pick}/0"
   end
 end

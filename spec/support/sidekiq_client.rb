@@ -14,9 +14,17 @@ end
 # A spec that pushes from this process, as a web process does, to a redis-server of its own (@server,
 # started by an earlier before(:all)): every push goes through a pool of its own (Sidekiq 7 and 8 keep
 # the first pool any spec made), and Sidekiq's log, where refused pushes are told, is kept in
-# @client_log.
+# @client_log. `admin` is a plain client of that server; `use_locks` points the shared Locker (what the client
+# middleware claims with) at it.
 RSpec.shared_context "a Sidekiq client of its own" do
   include SidekiqConfig
+
+  let(:admin) { @server.client }
+  after { admin.close }
+
+  def use_locks(prefix, url: @server.url)
+    configure_shared_locker!(url, key_prefix: prefix)
+  end
 
   before(:all) do
     @pool = Sidekiq::RedisConnection.create(url: @server.url, size: 2)

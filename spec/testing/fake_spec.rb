@@ -4,110 +4,26 @@ require "spec_helper"
 require "logger"
 require "stringio"
 require "lock_manager/testing/rspec"
+require_relative "../support/lock_backend_examples"
 
 # LockManager::Testing.fake!: in-process locks with the semantics of the Redis ones, through the
 # same Locker API (the Lockers here are built before the mode is switched on, by `lock_manager:`).
 RSpec.describe "LockManager::Testing.fake!", lock_manager: :fake do
   let(:log) { StringIO.new }
   let(:locker) { LockManager::Locker.new }
-  # Another Locker: a holder elsewhere. (Plays it from another thread: in the fake every Locker
-  # shares one keyspace, and a thread asking again for a plain lock it holds gets AlreadyHeld.)
+  # Another Locker: a holder elsewhere.
   let(:elsewhere) { LockManager::Locker.new }
 
   before { LockManager.configure { |c| c.logger = Logger.new(log) } }
 
-  # Runs the block in a thread that holds `key` until `release` is pushed to the returned queue.
-  def hold_in_thread(key, **options)
-    release = Queue.new
-    taken = Queue.new
-    thread = Thread.new do
-      elsewhere.nonblocking_lock(key, **options) do
-        taken << true
-        release.pop
-      end
-    end
-    taken.pop
-    [thread, release]
-  end
+  include FakeQueuedWaiters
 
-  it "lets one of 8 threads at a time into the block, with no lost updates" do
-    inside = 0
-    most_inside = 0
-    count = 0
-    guard = Mutex.new
-    threads = Array.new(8) do
-      Thread.new do
-        25.times do
-          locker.blocking_lock("counter", timeout: 10) do
-            guard.synchronize { most_inside = [most_inside, inside += 1].max }
-            value = count # a read-modify-write that loses updates when unlocked
-            sleep 0.0005
-            count = value + 1
-            guard.synchronize { inside -= 1 }
-          end
-        end
-      end
-    end
-    threads.each(&:join)
+  include_examples "a lock backend"
 
-    expect(most_inside).to eq(1)
-    expect(count).to eq(200)
-    expect(locker.locked?("counter")).to be(false)
-  end
+  it "issues fencing tokens that only grow across keys too (one counter for the whole fake)" do
+    tokens = Array.new(3) { |n| locker.nonblocking_lock("invoice:#{n}", &:fencing_token).fencing_token }
 
-  it "skips the block while another holds the key, and runs it once the key is free" do
-    thread, release = hold_in_thread("report")
-
-    skipped = locker.nonblocking_lock("report") { :ran }
-    release << true
-    thread.join
-    ran = locker.nonblocking_lock("report") { :ran }
-
-    expect([skipped.run?, skipped.result, skipped.fencing_token]).to eq([false, nil, nil])
-    expect([ran.run?, ran.result, ran.lost?]).to eq([true, :ran, false])
-  end
-
-  it "frees a lock whose timeout passed: another takes it, and the first holder's Result is lost?" do
-    taken = Queue.new
-    first = Thread.new do
-      locker.nonblocking_lock("ttl", timeout: 0.2) do
-        taken << true
-        sleep 0.5
-      end
-    end
-    taken.pop
-    held_at_first = elsewhere.nonblocking_lock("ttl") { :second }.run?
-    sleep 0.3
-    second = elsewhere.nonblocking_lock("ttl") { :second }
-
-    expect(held_at_first).to be(false)
-    expect([second.run?, second.result]).to eq([true, :second])
-    expect(first.value.lost?).to be(true)
-    expect(log.string).to include('lock "ttl" was lost while its block ran', "longer than its timeout of 0.2s")
-  end
-
-  it "raises LockLost after the block with on_lost: :raise" do
-    LockManager.configure { |c| c.on_lost = :raise }
-    shared = LockManager::Locker.instance
-
-    expect { shared.nonblocking_lock("ttl", timeout: 0.05) { sleep 0.1 } }
-      .to raise_error(LockManager::LockLost, /lock "ttl" was lost while its block ran/)
-  end
-
-  it "keeps a renewed lock past its timeout, and stops at max_hold" do
-    renewed = locker.nonblocking_lock("renewed", timeout: 0.1, renew: true) do |result|
-      sleep 0.3
-      [result.lost?, Thread.new { elsewhere.locked?("renewed") }.value]
-    end
-    capped = locker.nonblocking_lock("capped", timeout: 0.1, renew: true, max_hold: 0.5) do |result|
-      sleep 0.2
-      lost_before = result.lost?
-      sleep 0.4
-      [lost_before, result.lost?]
-    end
-
-    expect([renewed.result, renewed.lost?]).to eq([[false, true], false])
-    expect([capped.result, capped.lost?]).to eq([[false, true], true])
+    expect(tokens.each_cons(2).all? { |a, b| b > a }).to be(true)
   end
 
   it "turns lost? true while the block runs once a renewed lock is taken away (reset!)" do
@@ -119,34 +35,6 @@ RSpec.describe "LockManager::Testing.fake!", lock_manager: :fake do
 
     expect(result.result).to eq([false, true])
     expect(result.lost?).to be(true)
-  end
-
-  it "admits `limit` holders at once, each with its own fencing token" do
-    ready = Queue.new
-    release = Queue.new
-    holders = Array.new(3) do
-      Thread.new do
-        locker.nonblocking_lock("partner-api", limit: 3) do |lock|
-          ready << lock.fencing_token
-          release.pop
-        end
-      end
-    end
-    tokens = Array.new(3) { ready.pop }
-    fourth = elsewhere.nonblocking_lock("partner-api", limit: 3) { :ran }
-    3.times { release << true }
-    holders.each(&:join)
-    after = elsewhere.nonblocking_lock("partner-api", limit: 3) { :ran }
-
-    expect(tokens.uniq.size).to eq(3)
-    expect(fourth.run?).to be(false)
-    expect(after.run?).to be(true)
-  end
-
-  it "lets one thread take a limit: N key twice (each acquisition is a permit)" do
-    inner = locker.nonblocking_lock("pool", limit: 2) { locker.nonblocking_lock("pool", limit: 2) { :inner } }
-
-    expect(inner.result.result).to eq(:inner)
   end
 
   it "issues fencing tokens that only grow, per key and across keys, claims included" do
@@ -161,146 +49,7 @@ RSpec.describe "LockManager::Testing.fake!", lock_manager: :fake do
     expect(tokens.first).to be > 1_600_000_000_000_000 # seeded from the clock in microseconds, as the real counter
   end
 
-  it "wakes a blocking wait when the holder releases, long before the holder's timeout" do
-    thread, release = hold_in_thread("report", timeout: 30)
-    Thread.new do
-      sleep 0.2
-      release << true
-    end
-
-    started = monotonic
-    value = locker.blocking_lock("report", timeout: 5) { :mine }
-    waited = monotonic - started
-    thread.join
-
-    expect(value).to eq(:mine)
-    expect(waited).to be_between(0.15, 1.0)
-  end
-
-  it "wakes a blocking wait when the holder's timeout passes" do
-    thread, release = hold_in_thread("report", timeout: 0.3)
-
-    waited = elapsed { locker.blocking_lock("report", timeout: 5) { :mine } }
-    release << true
-
-    expect(waited).to be_between(0.15, 1.0)
-    expect(thread.value.lost?).to be(true)
-  end
-
-  it "gives up a blocking wait after its timeout with LockNotAcquired naming the key and the time waited" do
-    thread, release = hold_in_thread("report", timeout: 30)
-
-    error, took = timed_error(LockManager::LockNotAcquired) { locker.blocking_lock("report", timeout: 0.3) { :never } }
-    handle_error, = timed_error(LockManager::LockNotAcquired) { locker.lock("report", timeout: 10, wait: 0.1) }
-    release << true
-    thread.join
-
-    expect(took).to be_between(0.29, 1.0)
-    expect(error.key).to eq("report")
-    expect(error.waited).to be_between(0.29, 1.0)
-    expect(error.message).to match(/\Alock "report" is held by another owner; gave up after \d\.\d{3}s\z/)
-    expect(handle_error.key).to eq("report")
-    expect(locker.locked?("report")).to be(false)
-  end
-
-  it "hands a released lock to the waiter queued for it: its releaser cannot take it straight back" do
-    taken = Queue.new
-    release = Queue.new
-    again = Thread.new do
-      elsewhere.nonblocking_lock("report") do
-        taken << true
-        release.pop
-      end
-      elsewhere.nonblocking_lock("report") { :barged }.run?
-    end
-    taken.pop
-    waiter = Thread.new { locker.blocking_lock("report", timeout: 5) { :waited } }
-    sleep 0.1 # queued
-    release << true
-
-    expect(again.value).to be(false)
-    expect(waiter.value).to eq(:waited)
-  end
-
-  it "serves fair waiters in the order they arrived" do
-    thread, release = hold_in_thread("queue", timeout: 30)
-    order = Queue.new
-    waiters = Array.new(4) do |n|
-      waiter = Thread.new { locker.blocking_lock("queue", timeout: 10, fair: true) { order << n } }
-      waiter.tap { eventually { waiter.status == "sleep" } } # queued before the next arrives
-    end
-    release << true
-    [thread, *waiters].each(&:join)
-
-    expect(Array.new(4) { order.pop }).to eq([0, 1, 2, 3])
-  end
-
-  it "takes a waiter interrupted by Timeout out of the queue: the lock it was owed goes on" do
-    thread, release = hold_in_thread("report", timeout: 30)
-    interrupted = Thread.new do
-      Timeout.timeout(0.1) { locker.blocking_lock("report", timeout: 10) { :never } }
-    rescue Timeout::Error
-      :interrupted
-    end
-    patient = Thread.new do
-      sleep 0.05
-      locker.blocking_lock("report", timeout: 10) { :patient }
-    end
-    sleep 0.3
-    release << true
-    thread.join
-
-    expect(interrupted.value).to eq(:interrupted)
-    expect(patient.value).to eq(:patient)
-    expect(locker.locked?("report")).to be(false)
-  end
-
-  it "raises AlreadyHeld for a thread asking again for a plain lock it holds" do
-    expect { locker.nonblocking_lock("report") { locker.blocking_lock("report") { :inner } } }
-      .to raise_error(LockManager::AlreadyHeld, /\Alock "report": already held by this thread/)
-    expect(locker.locked?("report")).to be(false)
-  end
-
-  it "releases the lock when the block raises, and passes the error on" do
-    expect { locker.nonblocking_lock("report") { raise ArgumentError, "boom" } }.to raise_error(ArgumentError, "boom")
-    expect(locker.locked?("report")).to be(false)
-  end
-
-  it "yields the Result to a block that takes it: its fencing token, and lost? false" do
-    seen = nil
-    result = locker.nonblocking_lock("report") do |running|
-      seen = [running.run?, running.fencing_token, running.lost?]
-      :value
-    end
-
-    expect(seen).to eq([true, result.fencing_token, false])
-    expect([result.run?, result.result, result.lost?]).to eq([true, :value, false])
-  end
-
   describe "lock handles" do
-    it "try_lock, owned?, refresh, release, as the real ones" do
-      lock = locker.try_lock("handle", timeout: 0.5)
-      other = Thread.new { elsewhere.try_lock("handle") }.value
-      refreshed = lock.refresh(2)
-      sleep 0.6
-
-      expect(lock).to be_a(LockManager::Lock)
-      expect(lock.token).to match(%r{\A[A-Za-z0-9._-]+/#{Process.pid}/\d+/\d{13}/\h{16}\z}) # as the extension writes it
-      expect(other).to be_nil
-      expect([refreshed, lock.owned?, locker.locked?("handle")]).to eq([true, true, true])
-      expect(lock.release).to be(true)
-      expect([lock.owned?, lock.release, lock.refresh(1)]).to eq([false, false, false])
-    end
-
-    it "a handle whose timeout passed is no longer owned, and its key is free" do
-      lock = locker.try_lock("handle", timeout: 0.1)
-      sleep 0.15
-
-      expect(lock.owned?).to be(false)
-      expect(Thread.new { elsewhere.try_lock("handle") }.value).to be_a(LockManager::Lock)
-      expect(lock.release).to be(false)
-    end
-
     it "lock waits for a release, and a renewed handle's lost? turns true when it is taken away" do
       thread, release = hold_in_thread("handle", timeout: 30)
       Thread.new do

@@ -18,6 +18,12 @@ RSpec.describe "Topology settings", :topology do
 
   # Locker.new and LockManager.configure with `options` (on a redis_url with the password too):
   # each must raise ArgumentError matching `names`, without the password.
+  # `bad` as a sentinel (beside a good one, unless `beside` is nil) and as a cluster seed: both refused.
+  def expect_refused_node(bad, beside: url)
+    expect_refused({ sentinels: beside ? [beside, bad] : [bad], sentinel_master: "mymaster" }, :sentinels)
+    expect_refused({ cluster: [bad] }, :cluster)
+  end
+
   def expect_refused(options, *names)
     config_before = LockManager.config.to_h
     errors = [
@@ -86,8 +92,7 @@ RSpec.describe "Topology settings", :topology do
     port = listener.addr[1]
     ["127.0.0.1:#{port}", "sentinel.example", "http://:#{password}@127.0.0.1:#{port}",
      "sentinel://:#{password}@127.0.0.1:#{port}", "", nil, 26_379].each do |bad|
-      expect_refused({ sentinels: [url, bad], sentinel_master: "mymaster" }, :sentinels)
-      expect_refused({ cluster: [bad] }, :cluster)
+      expect_refused_node(bad)
     end
     expect_nothing_connected
   end
@@ -95,8 +100,7 @@ RSpec.describe "Topology settings", :topology do
   it "a URL whose scheme is missing, without showing its password" do
     port = listener.addr[1]
     [":#{password}@127.0.0.1:#{port}", "default:#{password}@127.0.0.1:#{port}"].each do |bad|
-      expect_refused({ sentinels: [bad], sentinel_master: "mymaster" }, :sentinels)
-      expect_refused({ cluster: [bad] }, :cluster)
+      expect_refused_node(bad, beside: nil)
     end
     expect_nothing_connected
   end

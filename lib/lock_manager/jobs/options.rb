@@ -142,4 +142,23 @@ module LockManager
       choice(value, CONFLICTS, "on_conflict")
     end
   end
+
+  # The options of a job: its class's (`defaults`), overridden by what the job carries, checked
+  # once per distinct pair and shared after (frozen). Every push and run of a job asks: checking
+  # them again each time cost a unique push more instructions than its claim's Rust.
+  module CheckedJobOptions
+    # A job class's own, and those its pushes' set(lock_manager:) made. Past it the cache starts
+    # again: options made per push must not grow it without end.
+    LIMIT = 256
+    @checked = {}
+
+    # @raise [ArgumentError] naming the first bad option (nothing is kept)
+    def self.fetch(defaults, given)
+      @checked.fetch([defaults, given]) do
+        options = JobOptions.new((defaults || {}).merge(given || {})).freeze
+        @checked.clear if @checked.size >= LIMIT
+        @checked[[defaults.dup.freeze, given.dup.freeze].freeze] = options
+      end
+    end
+  end
 end

@@ -30,7 +30,7 @@ module LockManager
       # nil: a job pushed by name from elsewhere, locked by its set(lock_manager:) alone.
       def unique_options(job, klass)
         klass = job_class(job, klass)
-        return if callbacks?(klass) && LockManager::ActiveJob.enqueuing?
+        return if callbacks?(klass) && claimed_by_active_job?(job)
 
         options = options_for(klass, job)
         [klass, options] if options&.unique?
@@ -62,7 +62,7 @@ module LockManager
         defaults = class_options(klass)
         return unless defaults || job["lock_manager"]
 
-        JobOptions.new((defaults || {}).merge(job["lock_manager"] || {}))
+        CheckedJobOptions.fetch(defaults, job["lock_manager"])
       end
 
       def class_options(klass)
@@ -84,6 +84,14 @@ module LockManager
 
       def key_proc(klass)
         klass.lock_manager_key if klass.respond_to?(:lock_manager_key)
+      end
+
+      # Whether ActiveJob's side claimed this push's lock (see ActiveJob::CLAIMED): a wrapped job's first
+      # argument is its serialized data; a bulk's (push_bulk's items) is the first job's arguments.
+      def claimed_by_active_job?(job)
+        data = Array(job["args"]).first
+        data = data.first if data.is_a?(Array)
+        job["wrapped"] && LockManager::ActiveJob.claimed?(data)
       end
 
       # Whether ActiveJob's callbacks lock this class (LockManager::Worker in an ActiveJob class).

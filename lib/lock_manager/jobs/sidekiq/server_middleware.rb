@@ -26,28 +26,19 @@ module LockManager
       private
 
       def conflict(job_instance, job, lock)
-        Instrumentation.conflict(lock, Jobs.class_name(job), job["jid"])
-        case lock.options.on_conflict
-        when "skip"
-          held = lock.holder ? " by jid=#{lock.holder}" : ""
-          Jobs.log("skipped #{Jobs.class_name(job)} jid=#{job["jid"]}: lock #{lock.held_key.inspect} is held#{held}")
-        when "reschedule"
-          reschedule(job_instance, job, lock)
-        else
-          raise LockManager::LockNotAcquired, lock.held_key
-        end
+        by = lock.holder ? " by jid=#{lock.holder}" : ""
+        JobConflict.handle(lock, Jobs.class_name(job), job["jid"],
+                           log: ->(what, key) { Jobs.log("#{what} #{about(job)}: lock #{key.inspect} is held#{by}") },
+                           reschedule: ->(delay) { reschedule(job_instance, job, lock, delay) })
       end
 
-      def reschedule(job_instance, job, lock)
-        delay = jittered(lock.options.reschedule_in)
+      def reschedule(job_instance, job, lock, delay)
         jid = ::Sidekiq::Client.push(copy_of(job_instance, job, at: Time.now.to_f + delay))
-        Jobs.log("rescheduled #{Jobs.class_name(job)} jid=#{job["jid"]} in #{delay.round(1)}s as jid=#{jid}: " \
-                 "lock #{lock.held_key.inspect} is held")
+        Jobs.log("rescheduled #{about(job)} in #{delay.round(1)}s as jid=#{jid}: lock #{lock.held_key.inspect} is held")
       end
 
-      # Rescheduled jobs do not all come back at once.
-      def jittered(seconds)
-        seconds + (rand * seconds / 4)
+      def about(job)
+        "#{Jobs.class_name(job)} jid=#{job["jid"]}"
       end
 
       # The job pushed again for later. An iterable job (Sidekiq 7.3+) keeps its jid, under which

@@ -1,8 +1,8 @@
 # frozen_string_literal: true
 
 require "active_job"
-require_relative "../lock_manager"
-require_relative "job_options"
+require_relative "../../lock_manager"
+require_relative "options"
 require_relative "job_lock"
 require_relative "active_job/after_commit"
 require_relative "active_job/bulk_enqueue"
@@ -13,7 +13,11 @@ module LockManager
   # lock, around_perform runs the job under its strategy). The job's lock is held by its job_id,
   # which stays the same across retry_on and the adapter's retries.
   module ActiveJob
-    ENQUEUING = :lock_manager_active_job_enqueuing
+    # Marks the serialized job (a wrapped job's first argument) of a push whose lock ActiveJob's side claimed
+    # already (its callbacks, perform_all_later): the Sidekiq middleware leaves that push alone. A job class's
+    # own `serialize` that builds a new Hash drops the mark: the middleware then claims again, for the same
+    # job_id, which holds it already (one more round trip, nothing refused).
+    CLAIMED = :@lock_manager_claimed
 
     def self.included(base)
       base.extend(ClassMethods)
@@ -33,10 +37,9 @@ module LockManager
       ::ActiveJob.singleton_class.prepend(PerformAllLater) unless ::ActiveJob.singleton_class <= PerformAllLater
     end
 
-    # Whether this thread is pushing a job whose lock around_enqueue took (the Sidekiq middleware
-    # then leaves it alone).
-    def self.enqueuing?
-      Thread.current[ENQUEUING] == true
+    # Whether a wrapped job's serialized data comes from a push ActiveJob's side claimed.
+    def self.claimed?(data)
+      data.is_a?(Hash) && data.instance_variable_get(CLAIMED) == true
     end
 
     # When ActiveJob pushes the job at the commit (Rails 7.2, 8.0), its whole enqueue waits for the commit, as on
@@ -58,14 +61,16 @@ module LockManager
       self
     end
 
-    # Runs the block as the push of jobs whose locks were claimed already.
-    def self.enqueuing
-      outer = Thread.current[ENQUEUING]
-      Thread.current[ENQUEUING] = true
-      yield
-    ensure
-      Thread.current[ENQUEUING] = outer
+    # ActiveJob's serialize, marked (CLAIMED) while the job is pushed with its lock claimed.
+    def serialize
+      data = super
+      data.instance_variable_set(CLAIMED, true) if @lock_manager_pushing
+      data
     end
+
+    # Whether this job is being pushed with its lock claimed already.
+    # @api private
+    attr_writer :lock_manager_pushing
 
     # Class methods of an ActiveJob class that includes LockManager::Worker.
     module ClassMethods
@@ -94,7 +99,7 @@ module LockManager
 
     def lock_manager_job_options
       options = self.class.lock_manager_options
-      JobOptions.new(options) if options
+      CheckedJobOptions.fetch(options, nil) if options
     end
 
     def lock_manager_lock(options = lock_manager_job_options)
@@ -117,12 +122,15 @@ module LockManager
       logger&.info("lock_manager: #{what} #{self.class.name} job_id=#{job_id}: lock #{key.inspect} is held#{held}")
     end
 
-    def lock_manager_push(lock, &block)
-      LockManager::ActiveJob.enqueuing(&block)
+    def lock_manager_push(lock)
+      self.lock_manager_pushing = true
+      yield
       self.successfully_enqueued = true
     rescue Exception # rubocop:disable Lint/RescueException -- a job not enqueued leaves no lock
       lock.abandon
       raise
+    ensure
+      self.lock_manager_pushing = false
     end
 
     def lock_manager_perform(&block)
@@ -135,13 +143,9 @@ module LockManager
     end
 
     def lock_manager_conflict(lock)
-      Instrumentation.conflict(lock, self.class.name, job_id)
-      case lock.options.on_conflict
-      when "skip"
-        lock_manager_log("skipped", lock.held_key, lock.holder ? " by #{lock.holder}" : "")
-      when "reschedule" then retry_job(wait: lock.options.reschedule_in)
-      else raise LockManager::LockNotAcquired, lock.held_key
-      end
+      JobConflict.handle(lock, self.class.name, job_id,
+                         log: ->(what, key) { lock_manager_log(what, key, lock.holder ? " by #{lock.holder}" : "") },
+                         reschedule: ->(seconds) { retry_job(wait: seconds) })
     end
   end
 end

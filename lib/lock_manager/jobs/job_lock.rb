@@ -2,6 +2,7 @@
 
 require "digest"
 require "json"
+require_relative "conflict"
 
 module LockManager
   # One job's lock, whichever framework runs the job (Sidekiq or ActiveJob): its key, and what its
@@ -91,10 +92,10 @@ module LockManager
 
     def locked(key, &block)
       if options.blocking?
-        LockManager::Locker.blocking_lock(key, **options.lock_options, &block)
+        LockManager.locker.blocking_lock(key, **options.lock_options, &block)
         return true
       end
-      LockManager::Locker.nonblocking_lock(key, **options.lock_options, &block).run? || held_by(nil, key)
+      LockManager.locker.nonblocking_lock(key, **options.lock_options, &block).run? || held_by(nil, key)
     end
 
     # :until_executed: the lock claimed at push becomes this run's, renewed while the job runs.

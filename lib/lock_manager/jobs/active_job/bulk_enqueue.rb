@@ -47,7 +47,7 @@ module LockManager
       def push(&block)
         groups = claim.group_by(&:queue_adapter).values
         groups.each_with_index do |group, index|
-          ActiveJob.enqueuing { push_group(group, &block) }
+          pushing(group) { push_group(group, &block) }
         rescue Exception # rubocop:disable Lint/RescueException -- jobs not pushed leave no lock
           groups.drop(index).flatten.each { |job| unpushed(job) unless job.successfully_enqueued? }
           raise
@@ -55,6 +55,15 @@ module LockManager
       end
 
       private
+
+      # Runs the block as the push of `group`, whose jobs' locks were claimed (see ActiveJob::CLAIMED).
+      def pushing(group)
+        claimed = group.select { |job| @locks.key?(job) }
+        claimed.each { |job| job.lock_manager_pushing = true }
+        yield
+      ensure
+        claimed&.each { |job| job.lock_manager_pushing = false }
+      end
 
       # ActiveJob's own loop sets each job's successfully_enqueued; an adapter's enqueue_all (Sidekiq's) pushes
       # all of them or raises.

@@ -4,9 +4,12 @@ module LockManager
   module Sidekiq
     # push_bulk takes every unique job's lock before the jobs go through the client middleware,
     # in one round trip per 1,000 jobs; the middleware then keeps or drops each job (a kept job's
-    # jid becomes the one its lock was claimed for).
+    # jid becomes the one its lock was claimed for). Each job's claim travels with it, on its own
+    # copy of its arguments: the one thing of the bulk's that Sidekiq hands the middleware per job.
     class BulkPush
       SLICE = 1_000
+      # The instance variable of a job's arguments that holds its claim: [bulk, index].
+      CLAIM = :@lock_manager_bulk_claim
       # Sidekiq 8 spreads a bulk's jobs over `spread_interval` seconds, and never less than this.
       MIN_SPREAD = 5
 
@@ -14,13 +17,16 @@ module LockManager
       module Client
         def push_bulk(items)
           bulk = BulkPush.prepare(items)
-          bulk ? BulkPush.around(bulk) { super } : super
+          bulk ? BulkPush.around(bulk) { super(bulk.items) } : super
         end
       end
 
       class << self
-        def current
-          Thread.current[:lock_manager_bulk_push]
+        # The claim a bulk took for `job` and whoever holds its lock: [JobLock, holder or nil]; nil for a job
+        # of no bulk (or whose arguments another middleware replaced).
+        def take(job)
+          bulk, index = job["args"].instance_variable_get(CLAIM)
+          bulk&.take(index, job)
         end
 
         # The bulk's claims, or nil when its class has no unique lock.
@@ -32,34 +38,28 @@ module LockManager
         end
 
         def around(bulk)
-          outer = current
-          Thread.current[:lock_manager_bulk_push] = bulk
           pushed = yield
           bulk.release_unpushed
           pushed
         rescue Exception # rubocop:disable Lint/RescueException -- jobs not pushed leave no lock
           bulk.release_unpushed(all: true)
           raise
-        ensure
-          Thread.current[:lock_manager_bulk_push] = outer
         end
       end
+
+      # What push_bulk pushes: the items, each job's arguments a copy that carries its claim (the same
+      # Array may be listed twice, `args * 2`: each of the two jobs gets its own).
+      attr_reader :items
 
       def initialize(items, klass, options)
         @locks = items["args"].map { |job_args| lock_for(items, klass, options, job_args) }
         @holders = claim(scheduled_at(items))
         @taken = []
-        # push_bulk hands each job's own arguments Array to the middleware, in order: an Array listed
-        # twice (`args * 2`) is found at its first index, then at its second.
-        @indexes = {}.compare_by_identity
-        items["args"].each_with_index { |job_args, index| (@indexes[job_args] ||= []) << index }
+        @items = items.merge("args" => items["args"].each_with_index.map { |args, index| carrying(args, index) })
       end
 
-      # @return [Array(JobLock, String), nil] the job's lock and, when another holds it, the holder;
-      #   nil for a job this bulk did not claim (another middleware replaced its arguments)
-      def take(job)
-        index = @indexes[job["args"]]&.shift or return
-
+      # @return [Array(JobLock, String)] the lock of the job at `index` and, when another holds it, the holder
+      def take(index, job)
         job["jid"] = @locks[index].token unless job["wrapped"]
         @taken[index] = true
         [@locks[index], @holders[index]]
@@ -73,6 +73,13 @@ module LockManager
       end
 
       private
+
+      # A copy of a job's arguments that carries its claim (Sidekiq refuses what is no Array anyway).
+      def carrying(job_args, index)
+        return job_args unless job_args.is_a?(Array)
+
+        job_args.dup.tap { |copy| copy.instance_variable_set(CLAIM, [self, index]) }
+      end
 
       def claim(scheduled)
         @locks.each_slice(SLICE).zip(scheduled.each_slice(SLICE)).flat_map { |locks, ats| JobLock.claim(locks, ats) }

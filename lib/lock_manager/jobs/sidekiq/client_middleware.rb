@@ -1,0 +1,58 @@
+# frozen_string_literal: true
+
+module LockManager
+  module Sidekiq
+    # Takes a unique job's lock as it is pushed (perform_async, perform_in, push, push_bulk, and
+    # Sidekiq's own pushes of scheduled jobs and retries, which find it held by the same jid).
+    # A refused push returns nil (push_bulk: nil or left out for it) and logs who holds the lock.
+    class ClientMiddleware
+      include ::Sidekiq::ClientMiddleware if defined?(::Sidekiq::ClientMiddleware)
+
+      def call(worker_class, job, _queue, _redis_pool, &block)
+        lock, holder = BulkPush.take(job) # claimed already, with the rest of its push_bulk
+        return holder ? refused(lock, job, holder) : yield if lock
+
+        lock = Jobs.enqueue_lock(job, worker_class)
+        return yield unless lock
+
+        holder = JobLock.claim([lock], [job["at"]]).first
+        holder ? refused(lock, job, holder) : FailedPush.pushing(lock, &block)
+      end
+
+      private
+
+      # @return [nil] what a refused push returns
+      def refused(lock, job, holder)
+        Jobs.log("refused #{Jobs.class_name(job)} jid=#{job["jid"]}: lock #{lock.key.inspect} is held by jid=#{holder}")
+        Instrumentation.conflict(lock, Jobs.class_name(job), job["jid"], refused_by: holder)
+      end
+    end
+
+    # Prepended to Sidekiq::Client: a push that fails after its job's lock was claimed (Sidekiq's
+    # Redis down) releases the lock rather than leave it for unique_for. The claim travels with the
+    # job: on the payload the middleware chain returns, which is what Sidekiq then writes.
+    module FailedPush
+      CLAIMED = :@lock_manager_push_claim
+
+      # Runs the rest of the middleware chain for a job whose lock was claimed: an error there
+      # releases the lock; the payload it returns carries the lock to the write.
+      def self.pushing(lock)
+        payload = yield
+        payload.instance_variable_set(CLAIMED, lock) if payload.is_a?(Hash) && !payload.frozen?
+        payload
+      rescue Exception # rubocop:disable Lint/RescueException -- a job not pushed leaves no lock
+        lock.abandon
+        raise
+      end
+
+      private
+
+      def raw_push(payloads)
+        super
+      rescue Exception # rubocop:disable Lint/RescueException -- a job not pushed leaves no lock
+        payloads.each { |payload| payload.instance_variable_get(CLAIMED)&.abandon }
+        raise
+      end
+    end
+  end
+end

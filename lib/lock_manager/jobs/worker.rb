@@ -1,0 +1,63 @@
+# frozen_string_literal: true
+
+require_relative "../../lock_manager"
+require_relative "options"
+
+module LockManager
+  # Locks a job, in Sidekiq (6.4, 7.x, 8.x) or in ActiveJob (any adapter):
+  #
+  #   class MyWorker
+  #     include LockManager::Worker
+  #     lock_with :nonblocking, key: ->(user_id, *) { "user:#{user_id}" }, on_conflict: :skip
+  #   end
+  #
+  # In a plain class it also includes Sidekiq::Job and installs the Sidekiq middlewares; in an
+  # ActiveJob class it locks through ActiveJob's callbacks instead (see LockManager::ActiveJob).
+  module Worker
+    def self.included(base)
+      if defined?(::ActiveJob::Base) && base < ::ActiveJob::Base
+        require_relative "active_job"
+        base.include(LockManager::ActiveJob)
+        require_relative "sidekiq" if defined?(::Sidekiq) # its pushes and Web UI deletes of this class
+      else
+        require_relative "sidekiq"
+        base.include(::Sidekiq::Worker) unless base < ::Sidekiq::Worker
+      end
+      base.extend(ClassMethods)
+    end
+
+    # Class-level DSL of a locked job.
+    module ClassMethods
+      # @param mode [Symbol] :nonblocking (skip, reschedule or raise when held), :blocking (wait),
+      #   or unique from push: :until_executing, :until_executed, :until_and_while_executing
+      # @param options see JobOptions: key, timeout, on_conflict, reschedule_in, limit, renew,
+      #   max_hold, unique_for
+      # @raise [ArgumentError] at class load, naming the bad option
+      def lock_with(mode = :nonblocking, **options)
+        checked = JobOptions.new(options.merge(mode: mode))
+        @lock_manager_key = (checked.key if checked.key.is_a?(Proc))
+        @lock_manager_options = checked.to_h.freeze
+        return if respond_to?(:lock_manager_callbacks?)
+
+        sidekiq_options("lock_manager" => checked.to_h)
+        LockManager::Sidekiq.install # reaches Sidekiq 7 capsules that started before this class loaded
+      end
+
+      # The options of lock_with (JSON-safe), or the superclass's.
+      def lock_manager_options
+        return @lock_manager_options if defined?(@lock_manager_options)
+
+        superclass.respond_to?(:lock_manager_options) ? superclass.lock_manager_options : nil
+      end
+
+      # The Proc given as `key:`, if any (a Proc cannot travel in the job's JSON).
+      def lock_manager_key
+        return @lock_manager_key if defined?(@lock_manager_key)
+
+        superclass.respond_to?(:lock_manager_key) ? superclass.lock_manager_key : nil
+      end
+    end
+  end
+
+  Job = Worker
+end
