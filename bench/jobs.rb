@@ -65,7 +65,7 @@ module ClaimCounter
     attr_reader :calls
   end
 
-  def claim(keys, tokens, seconds)
+  def claim(keys, tokens, seconds, **pushes)
     ClaimCounter.calls << keys.size
     super
   end

@@ -8,12 +8,15 @@ module LockManager
     # Takes each key for its token (a job's id) for its number of seconds, unless another token
     # holds it; a key its token holds already gets the new TTL. One round trip on one Redis (one per
     # key on a Cluster). The job integrations' enqueue locks; see also #adopt and #release_claim.
+    # With `pushes:` (per key, a job's push commands, each [name, key, *args], from Sidekiq's own
+    # push), a claim taken also runs its push, in the same round trip, on a Redis that is the jobs'
+    # too (#server_identity): a job is pushed with its lock or not at all.
     # @return [Array<Integer, String>] per key: the fencing token when claimed, else the holder's token
-    def claim(keys, tokens, seconds)
+    def claim(keys, tokens, seconds, pushes: nil)
       keys = keys.map { |key| Arguments.key(key) }
       started = Instrumentation.started
-      replies = native.claim(keys, tokens.map { |token| Arguments.string(token, :token) },
-                             seconds.map { |value| Arguments.milliseconds(value, :unique_for) })
+      replies = claimed(keys, tokens.map { |token| Arguments.string(token, :token) },
+                        seconds.map { |value| Arguments.milliseconds(value, :unique_for) }, pushes)
       keys.zip(replies) { |key, reply| Instrumentation.claimed(key, started, :claim, reply) } if started
       replies
     end
@@ -31,6 +34,13 @@ module LockManager
       lock.is_a?(String) || lock.nil? ? lock : Lock.new(key, lock)
     end
 
+    # The Redis the locks live on, "run_id/db" (INFO's run_id, the connection's database), or nil on
+    # a Cluster or a Redis older than 6.2: where a client of the same Redis says the same, a
+    # claim may carry its job's push (#claim with pushes:).
+    def server_identity
+      native.server_identity
+    end
+
     # @return [String, nil] the token that holds the key (for a job's lock: its jid), or nil
     def holder(key)
       native.holder(Arguments.key(key))
@@ -40,6 +50,12 @@ module LockManager
     # @return [Boolean] whether it did
     def release_claim(key, token)
       native.release_claim(Arguments.key(key), Arguments.string(token, :token))
+    end
+
+    private
+
+    def claimed(keys, tokens, ttls, pushes)
+      pushes ? native.claim_push(keys, tokens, ttls, pushes) : native.claim(keys, tokens, ttls)
     end
   end
 end

@@ -9,7 +9,7 @@ use crate::gvl::Interrupt;
 use crate::keys::KeySpace;
 use crate::lock_core::LockCore;
 use crate::replies::FencingToken;
-use crate::scripts::{ScriptCall, CLAIM, RELEASE};
+use crate::scripts::{ScriptCall, CLAIM, CLAIM_PUSH, RELEASE};
 use crate::wait::HEARTBEAT_MS;
 
 /// What one claim found.
@@ -88,6 +88,94 @@ impl LockCore {
             })
     }
 
+    /// Claims each key as `claim_all` does and, only where the claim is taken, runs its push (a
+    /// job's own push commands, each `[name, key, args...]`): a job is pushed with its lock or not
+    /// at all, every claim and push in one round trip. For a Redis that is also the jobs' Redis
+    /// (never a Cluster: the push's keys lie in other slots). Nothing is undone: each script runs
+    /// whole or not at all. A send is repeated only on a connection found dead before its reply;
+    /// where that send may have run (its token holds the lock), nothing is pushed again and the
+    /// round trip fails as a lost connection.
+    pub fn claim_and_push(
+        &self,
+        claims: &[ClaimRequest],
+        pushes: &[Vec<Vec<Vec<u8>>>],
+        interrupt: &Interrupt,
+    ) -> Result<Vec<Claimed>, LockError> {
+        let Some(first) = claims.first() else {
+            return Ok(Vec::new());
+        };
+        let locks: Vec<Vec<u8>> = claims.iter().map(|c| self.redis_key(c.key)).collect();
+        let counters: Vec<Vec<u8>> = locks.iter().map(|l| KeySpace::fencing_counter(l)).collect();
+        let ttls: Vec<String> = claims.iter().map(|c| c.ttl_ms.to_string()).collect();
+        let counts: Vec<Vec<String>> = pushes
+            .iter()
+            .map(|push| push.iter().map(|c| (c.len() - 2).to_string()).collect())
+            .collect();
+        let route = self.redis_key(first.key);
+        let replies = self
+            .pool()
+            .round_trip(&route, interrupt, None, |conn, sent| {
+                let resent: &[u8] = if sent.resent { b"1" } else { b"0" };
+                let calls: Vec<ScriptCall> = (0..claims.len())
+                    .map(|at| {
+                        let mut keys: Vec<&[u8]> = vec![&locks[at]];
+                        let mut args =
+                            vec![claims[at].token.as_bytes(), ttls[at].as_bytes(), resent];
+                        for (command, count) in pushes[at].iter().zip(&counts[at]) {
+                            keys.push(&command[1]);
+                            args.extend([command[0].as_slice(), count.as_bytes()]);
+                            args.extend(command[2..].iter().map(Vec::as_slice));
+                        }
+                        keys.push(&counters[at]);
+                        (keys, args)
+                    })
+                    .collect();
+                CLAIM_PUSH
+                    .run_many(conn, &calls)?
+                    .into_iter()
+                    .map(|reply| match reply {
+                        Value::Boolean(false) | Value::Nil => Ok(None),
+                        reply => claimed(reply).map(Some),
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })?;
+        if replies.iter().any(Option::is_none) {
+            let addr = self.pool().pool_for(&route)?.addr();
+            return Err(LockError::connection(
+                &addr,
+                "the connection dropped after a job's push was sent, and the push was not sent again: \
+                 the job may be in its queue, with its lock",
+            ));
+        }
+        Ok(replies.into_iter().flatten().collect())
+    }
+
+    /// The Redis the locks live on, as "run_id/db" (its `INFO server` run_id and this
+    /// connection's database): the jobs' Redis when its connections say the same, and then a
+    /// claim may carry its job's push (`claim_and_push`). None on a Cluster, or a Redis older
+    /// than 6.2 (no CLIENT INFO).
+    pub fn server_identity(&self, interrupt: &Interrupt) -> Result<Option<String>, LockError> {
+        if self.pool().is_cluster() {
+            return Ok(None);
+        }
+        let route = self.redis_key(b"");
+        self.pool().round_trip(&route, interrupt, None, |conn, _| {
+            let replies: (Value, Value) = redis::pipe()
+                .cmd("INFO")
+                .arg("server")
+                .cmd("CLIENT")
+                .arg("INFO")
+                .query(conn)?;
+            match replies {
+                (Value::BulkString(info), Value::BulkString(client)) => Ok(identity(
+                    &String::from_utf8_lossy(&info),
+                    &String::from_utf8_lossy(&client),
+                )),
+                _ => Ok(None),
+            }
+        })
+    }
+
     /// The token that holds `key` now, if any (none for a `limit: N` semaphore, which has N).
     pub fn holder(&self, key: &[u8], interrupt: &Interrupt) -> Result<Option<Vec<u8>>, LockError> {
         let redis_key = self.redis_key(key);
@@ -102,6 +190,15 @@ impl LockCore {
     }
 }
 
+/// "run_id/db" from `INFO server` and `CLIENT INFO`.
+fn identity(info: &str, client: &str) -> Option<String> {
+    let run_id = info.lines().find_map(|line| line.strip_prefix("run_id:"))?;
+    let db = client
+        .split_whitespace()
+        .find_map(|field| field.strip_prefix("db="))?;
+    Some(format!("{}/{db}", run_id.trim()))
+}
+
 fn claimed(reply: Value) -> Result<Claimed, redis::RedisError> {
     match reply.extract_error()? {
         Value::Int(fencing_token) => Ok(Claimed::Taken(fencing_token as FencingToken)),
@@ -113,6 +210,14 @@ fn claimed(reply: Value) -> Result<Claimed, redis::RedisError> {
 mod tests {
     use super::*;
     use redis::Value;
+
+    #[test]
+    fn a_server_is_its_run_id_and_the_connection_s_database() {
+        let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\ntcp_port:6379\r\n";
+        let client = "id=5 addr=127.0.0.1:50000 laddr=127.0.0.1:6379 fd=8 name= db=3 sub=0\n";
+        assert_eq!(identity(info, client), Some("abc123/3".to_owned()));
+        assert_eq!(identity("redis_version:5.0.0\r\n", client), None);
+    }
 
     #[test]
     fn a_number_is_a_fencing_token_and_a_string_the_holder() {

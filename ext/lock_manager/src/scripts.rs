@@ -129,6 +129,8 @@ const FENCING: &str = concat!(
     include_str!("lua/shared/time.lua"),
     include_str!("lua/shared/fencing.lua"),
 );
+/// A unique job's claim (after `FENCING`).
+const CLAIMING: &str = include_str!("lua/shared/claim.lua");
 /// The queue helpers, with what they call: every script that may hand a lock on.
 const QUEUE: &str = concat!(
     include_str!("lua/shared/int.lua"),
@@ -224,7 +226,8 @@ script!(WAIT, [QUEUE], "wait.lua");
 script!(RELEASE, [QUEUE], "release.lua");
 script!(LEAVE, [QUEUE], "leave.lua");
 script!(REFRESH, [], "refresh.lua");
-script!(CLAIM, [FENCING], "claim.lua");
+script!(CLAIM, [FENCING, CLAIMING], "claim.lua");
+script!(CLAIM_PUSH, [FENCING, CLAIMING], "claim_push.lua");
 script!(ACQUIRE_SHARED, [QUEUE, SEMAPHORE], "acquire_shared.lua");
 script!(WAIT_SHARED, [QUEUE, SEMAPHORE], "wait_shared.lua");
 script!(RELEASE_SHARED, [QUEUE, SEMAPHORE], "release_shared.lua");
@@ -236,10 +239,11 @@ script!(FORCE_RELEASE, [PUBLISH], "force_release.lua");
 mod tests {
     use super::*;
 
-    fn all() -> [&'static LuaScript; 13] {
+    fn all() -> [&'static LuaScript; 14] {
         [
             &ACQUIRE,
             &CLAIM,
+            &CLAIM_PUSH,
             &SEED,
             &WAIT,
             &RELEASE,
@@ -284,6 +288,7 @@ mod tests {
             "holds",
             "first_expiry",
             "hand_permit",
+            "claim",
         ];
         for script in all() {
             let source = script.source();
@@ -309,6 +314,6 @@ mod tests {
         let mut hashes: Vec<&str> = all().iter().map(|s| s.sha1.as_str()).collect();
         hashes.sort();
         hashes.dedup();
-        assert_eq!(hashes.len(), 13);
+        assert_eq!(hashes.len(), 14);
     }
 }

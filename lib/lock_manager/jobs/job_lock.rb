@@ -30,17 +30,23 @@ module LockManager
     end
 
     # Takes the enqueue locks of these unique jobs: one round trip in all on one Redis. Each
-    # lives `unique_for` seconds past the job's scheduled time.
+    # lives `unique_for` seconds past the job's scheduled time. With `pushes:` (Claims#claim), each
+    # job taken is pushed in the same round trip, and a ConnectionError is the caller's to decide.
     # @param scheduled_at [Array<Numeric, nil>] each job's scheduled time (epoch seconds), or nil
     # @return [Array<String, nil>] per job: nil when its lock is taken, else the token holding it
-    def self.claim(job_locks, scheduled_at)
-      now = Time.now.to_f
-      ttls = job_locks.zip(scheduled_at).map { |lock, at| lock.pending_for(at, now) }
-      replies = OnRedisError.claiming(job_locks.first.key, job_locks.size) do
-        LockManager.locker.claim(job_locks.map(&:key), job_locks.map(&:token), ttls)
-      end
+    def self.claim(job_locks, scheduled_at, pushes: nil)
+      ttls = pending(job_locks, scheduled_at)
+      claiming = -> { LockManager.locker.claim(job_locks.map(&:key), job_locks.map(&:token), ttls, pushes: pushes) }
+      replies = pushes ? claiming.call : OnRedisError.claiming(job_locks.first.key, job_locks.size, &claiming)
       replies.map { |reply| reply if reply.is_a?(String) }
     end
+
+    # Seconds each lock lives while its job waits.
+    def self.pending(job_locks, scheduled_at)
+      now = Time.now.to_f
+      job_locks.zip(scheduled_at).map { |lock, at| lock.pending_for(at, now) }
+    end
+    private_class_method :pending
 
     # Seconds the lock of a job scheduled `at` (epoch seconds, or nil: now) lives while it waits.
     def pending_for(at, now = Time.now.to_f)

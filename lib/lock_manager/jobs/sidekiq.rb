@@ -8,6 +8,7 @@ require_relative "job_lock"
 require_relative "sidekiq/jobs"
 require_relative "sidekiq/retries"
 require_relative "sidekiq/client_middleware"
+require_relative "sidekiq/one_push"
 require_relative "sidekiq/server_middleware"
 require_relative "sidekiq/bulk_push"
 require_relative "sidekiq/deleted_jobs"
@@ -35,7 +36,9 @@ module LockManager
       # every `lock_with` calls it.
       def install
         install_middlewares
-        [BulkPush::Client, FailedPush].each { |push| ::Sidekiq::Client.prepend(push) unless ::Sidekiq::Client <= push }
+        [BulkPush::Client, OnePush::Push].each do |push|
+          ::Sidekiq::Client.prepend(push) unless ::Sidekiq::Client <= push
+        end
         [::Sidekiq::JobRecord, ::Sidekiq::SortedEntry].each do |api|
           api.prepend(DeletedJobs) unless api.instance_method(:delete).owner == DeletedJobs
         end

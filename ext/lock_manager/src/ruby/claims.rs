@@ -14,6 +14,8 @@ use crate::ruby::locker::NativeLocker;
 pub fn init(native: RModule) -> Result<(), Error> {
     let class: RClass = native.const_get("Locker")?;
     class.define_method("claim", method!(claim, 3))?;
+    class.define_method("claim_push", method!(claim_push, 4))?;
+    class.define_method("server_identity", method!(server_identity, 0))?;
     class.define_method("adopt", method!(adopt, 4))?;
     class.define_method("holder", method!(holder, 1))?;
     class.define_method("release_claim", method!(release_claim, 2))?;
@@ -37,17 +39,75 @@ fn claim(
         ));
     }
     let key_bytes = copy_keys(keys)?;
-    let claims: Vec<ClaimRequest> = (0..keys.len())
-        .map(|at| ClaimRequest {
-            key: &key_bytes[at],
-            token: &tokens[at],
-            ttl_ms: ttls_ms[at],
-        })
-        .collect();
+    let claims = requests(&key_bytes, &tokens, &ttls_ms);
     let first = key_bytes.first().cloned().unwrap_or_default();
     let to_ruby = |e| errors::for_key_bytes(ruby, e, &first);
     let claimed = blocking(ruby, to_ruby, |i| rb_self.core().claim_all(&claims, i))?;
     Ok(ruby.ary_from_iter(claimed.into_iter().map(|c| shown(ruby, c))))
+}
+
+/// `claim`, where each claim taken also pushes its job: `pushes[i]` is that job's push, commands
+/// of Strings `[name, key, args...]` (see `claims.rs`, `claim_and_push`).
+fn claim_push(
+    ruby: &Ruby,
+    rb_self: &NativeLocker,
+    keys: RArray,
+    tokens: Vec<String>,
+    ttls_ms: Vec<u64>,
+    pushes: RArray,
+) -> Result<RArray, Error> {
+    let pushes = pushes
+        .into_iter()
+        .map(|push| {
+            RArray::try_convert(push)?
+                .into_iter()
+                .map(copy_command)
+                .collect()
+        })
+        .collect::<Result<Vec<Vec<_>>, Error>>()?;
+    if keys.len() != tokens.len() || keys.len() != ttls_ms.len() || keys.len() != pushes.len() {
+        return Err(Error::new(
+            ruby.exception_arg_error(),
+            "claim_push: as many tokens, TTLs and pushes as keys",
+        ));
+    }
+    if pushes.iter().flatten().any(|command| command.len() < 2) {
+        let message = "claim_push: a push command is its name and its key at least";
+        return Err(Error::new(ruby.exception_arg_error(), message));
+    }
+    let key_bytes = copy_keys(keys)?;
+    let claims = requests(&key_bytes, &tokens, &ttls_ms);
+    let first = key_bytes.first().cloned().unwrap_or_default();
+    let to_ruby = |e| errors::for_key_bytes(ruby, e, &first);
+    let claimed = blocking(ruby, to_ruby, |i| {
+        rb_self.core().claim_and_push(&claims, &pushes, i)
+    })?;
+    Ok(ruby.ary_from_iter(claimed.into_iter().map(|c| shown(ruby, c))))
+}
+
+/// The Redis the locks live on, "run_id/db", or nil on a Cluster (see `claims.rs`).
+fn server_identity(ruby: &Ruby, rb_self: &NativeLocker) -> Result<Option<String>, Error> {
+    let to_ruby = |e| errors::for_key_bytes(ruby, e, b"");
+    blocking(ruby, to_ruby, |i| rb_self.core().server_identity(i))
+}
+
+/// One push command, `[name, key, args...]`, as bytes.
+fn copy_command(command: Value) -> Result<Vec<Vec<u8>>, Error> {
+    copy_keys(RArray::try_convert(command)?)
+}
+
+fn requests<'a>(
+    keys: &'a [Vec<u8>],
+    tokens: &'a [String],
+    ttls_ms: &[u64],
+) -> Vec<ClaimRequest<'a>> {
+    (0..keys.len())
+        .map(|at| ClaimRequest {
+            key: &keys[at],
+            token: &tokens[at],
+            ttl_ms: ttls_ms[at],
+        })
+        .collect()
 }
 
 /// Takes over the claim `token` holds on `key` (or takes the lock, when free) for this process,

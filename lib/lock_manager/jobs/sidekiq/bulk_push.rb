@@ -2,9 +2,10 @@
 
 module LockManager
   module Sidekiq
-    # push_bulk takes every unique job's lock before the jobs go through the client middleware,
-    # in one round trip per 1,000 jobs; the middleware then keeps or drops each job (a kept job's
-    # jid becomes the one its lock was claimed for). Each job's claim travels with it, on its own
+    # Where a job's claim cannot travel with its push (OnePush), push_bulk takes every unique job's
+    # lock before the jobs go through the client middleware, in one round trip per 1,000 jobs; the
+    # middleware then keeps or drops each job (a kept job's jid becomes the one its lock was
+    # claimed for). Each job's claim travels with it, on its own
     # copy of its arguments: the one thing of the bulk's that Sidekiq hands the middleware per job.
     class BulkPush
       SLICE = 1_000
@@ -16,7 +17,7 @@ module LockManager
       # Prepended to Sidekiq::Client.
       module Client
         def push_bulk(items)
-          bulk = BulkPush.prepare(items)
+          bulk = BulkPush.prepare(items) unless OnePush.possible?(@redis_pool) # else each job claims at its write
           bulk ? BulkPush.around(bulk) { super(bulk.items) } : super
         end
       end

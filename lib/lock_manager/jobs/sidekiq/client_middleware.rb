@@ -8,29 +8,22 @@ module LockManager
     class ClientMiddleware
       include ::Sidekiq::ClientMiddleware if defined?(::Sidekiq::ClientMiddleware)
 
-      def call(worker_class, job, _queue, _redis_pool, &block)
+      def call(worker_class, job, _queue, redis_pool, &block)
         lock, holder = BulkPush.take(job) # claimed already, with the rest of its push_bulk
-        return holder ? refused(lock, job, holder) : yield if lock
+        return holder ? Jobs.refused(lock, job, holder) : yield if lock
 
         lock = Jobs.enqueue_lock(job, worker_class)
         return yield unless lock
+        return OnePush.deferring(lock, &block) if OnePush.possible?(redis_pool)
 
         holder = JobLock.claim([lock], [job["at"]]).first
-        holder ? refused(lock, job, holder) : FailedPush.pushing(lock, &block)
-      end
-
-      private
-
-      # @return [nil] what a refused push returns
-      def refused(lock, job, holder)
-        Jobs.log("refused #{Jobs.class_name(job)} jid=#{job["jid"]}: lock #{lock.key.inspect} is held by jid=#{holder}")
-        Instrumentation.conflict(lock, Jobs.class_name(job), job["jid"], refused_by: holder)
+        holder ? Jobs.refused(lock, job, holder) : FailedPush.pushing(lock, &block)
       end
     end
 
-    # Prepended to Sidekiq::Client: a push that fails after its job's lock was claimed (Sidekiq's
-    # Redis down) releases the lock rather than leave it for unique_for. The claim travels with the
-    # job: on the payload the middleware chain returns, which is what Sidekiq then writes.
+    # A job whose lock was claimed before its push: the claim travels with the job, on the payload
+    # the middleware chain returns (what Sidekiq then writes), for OnePush::Push to release when
+    # the write fails (Sidekiq's Redis down) rather than leave it for unique_for.
     module FailedPush
       CLAIMED = :@lock_manager_push_claim
 
@@ -42,15 +35,6 @@ module LockManager
         payload
       rescue Exception # rubocop:disable Lint/RescueException -- a job not pushed leaves no lock
         lock.abandon
-        raise
-      end
-
-      private
-
-      def raw_push(payloads)
-        super
-      rescue Exception # rubocop:disable Lint/RescueException -- a job not pushed leaves no lock
-        payloads.each { |payload| payload.instance_variable_get(CLAIMED)&.abandon }
         raise
       end
     end

@@ -106,6 +106,13 @@ module LockManager
         nil
       end
 
+      # Logs a push refused because `holder` holds the job's lock; tells listeners.
+      # @return [nil] what a refused push returns
+      def refused(lock, job, holder)
+        log("refused #{class_name(job)} jid=#{job["jid"]}: lock #{lock.key.inspect} is held by jid=#{holder}")
+        Instrumentation.conflict(lock, class_name(job), job["jid"], refused_by: holder)
+      end
+
       def log(message)
         ::Sidekiq.logger.info("lock_manager: #{message}")
       end
