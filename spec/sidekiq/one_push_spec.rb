@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "spec_helper"
+require "open3"
 require "sidekiq"
 require_relative "../support/process_helpers"
 require_relative "../support/slow_link"
@@ -63,6 +64,28 @@ RSpec.describe "Sidekiq pushes that carry their claim" do
     expect(admin.get(lock_of(base, 0))).to eq(holder)
     expect(admin.pttl(lock_of(base, 0))).to be <= ttl
     expect(@client_log.string).to include("is held by jid=#{holder}")
+  end
+
+  it "a process that loads only Sidekiq (no redis-rb: Sidekiq 7 and 8) compares the two Redis and carries its claims" do
+    script = <<~RUBY
+      require "sidekiq"
+      require "lock_manager"
+      class OnePushChildJob
+        include Sidekiq::Worker
+        include LockManager::Worker
+        lock_with :until_executed, unique_for: 60
+        def perform(*); end
+      end
+      Sidekiq.configure_client { |config| config.redis = { url: ENV.fetch("URL") } }
+      LockManager.configure { |config| config.redis_url = ENV.fetch("URL") }
+      jid = OnePushChildJob.perform_async(#{base})
+      puts [jid.class, LockManager::Sidekiq::OnePush.possible?(Sidekiq.redis_pool)].inspect
+    RUBY
+    output, status = Open3.capture2e({ "URL" => @server.url }, RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__),
+                                     "-e", script)
+
+    expect(status).to be_success, output
+    expect(output.lines.last.chomp).to eq("[String, true]")
   end
 
   it "perform_in: the job in Sidekiq's schedule, its lock living unique_for past the scheduled time" do

@@ -15,6 +15,8 @@ module LockManager
       DEFERRED = :@lock_manager_deferred_claim
       # The instance variable of Sidekiq's pool that keeps whether its Redis is the locks': [locker, Boolean].
       SAME_REDIS = :@lock_manager_same_redis
+      # Sidekiq's connection errors (6.4: redis-rb; 7 and 8: redis-client), by name: either may be absent.
+      CLIENT_CONNECTION_ERRORS = %w[Redis::BaseConnectionError RedisClient::ConnectionError].freeze
 
       class << self
         # Whether a push through `redis_pool` (Sidekiq's) can carry its claim.
@@ -99,22 +101,27 @@ module LockManager
         end
 
         # Whether Sidekiq's connections reach the locks' Redis and database; nil when either
-        # cannot say now (asked again at the next push).
+        # cannot be reached now (asked again at the next push).
         def same_redis?(redis_pool, locker)
           theirs = redis_pool.with { |conn| identity(conn) } or return false
           locker.server_identity == theirs
-        rescue StandardError # Redis unreachable, or a command either client refuses: not now
-          nil
+        rescue StandardError => e
+          false unless unreachable?(e)
         end
 
         # "run_id/db" as Claims#server_identity says it, for the connections Sidekiq 6.4 (redis-rb)
         # and 7/8 (redis-client) hand out; nil for any other (a namespace would move the keys).
         def identity(conn)
-          client = if conn.instance_of?(::Redis) then conn.client("info")
+          client = if defined?(::Redis) && conn.instance_of?(::Redis) then conn.client("info")
                    elsif compat_client?(conn) then conn.call("CLIENT", "INFO")
                    end
           db = client.to_s[/\bdb=(\d+)/, 1] or return
           "#{conn.info["run_id"]}/#{db}"
+        end
+
+        # A connection error of the locks' core or of either client Sidekiq may use.
+        def unreachable?(error)
+          error.is_a?(ConnectionError) || error.class.ancestors.any? { |kind| CLIENT_CONNECTION_ERRORS.include?(kind.name) }
         end
 
         def compat_client?(conn)
