@@ -81,8 +81,8 @@ RSpec.describe "Sidekiq pushes that carry their claim" do
       jid = OnePushChildJob.perform_async(#{base})
       puts [jid.class, LockManager::Sidekiq::OnePush.possible?(Sidekiq.redis_pool)].inspect
     RUBY
-    output, status = Open3.capture2e({ "URL" => @server.url }, RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__),
-                                     "-e", script)
+    lib = File.expand_path("../../lib", __dir__)
+    output, status = Open3.capture2e({ "URL" => @server.url }, RbConfig.ruby, "-I", lib, "-e", script)
 
     expect(status).to be_success, output
     expect(output.lines.last.chomp).to eq("[String, true]")

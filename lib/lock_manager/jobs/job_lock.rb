@@ -42,11 +42,9 @@ module LockManager
     end
 
     # Seconds each lock lives while its job waits.
-    def self.pending(job_locks, scheduled_at)
-      now = Time.now.to_f
+    private_class_method def self.pending(job_locks, scheduled_at, now = Time.now.to_f)
       job_locks.zip(scheduled_at).map { |lock, at| lock.pending_for(at, now) }
     end
-    private_class_method :pending
 
     # Seconds the lock of a job scheduled `at` (epoch seconds, or nil: now) lives while it waits.
     def pending_for(at, now = Time.now.to_f)

@@ -121,7 +121,8 @@ module LockManager
 
         # A connection error of the locks' core or of either client Sidekiq may use.
         def unreachable?(error)
-          error.is_a?(ConnectionError) || error.class.ancestors.any? { |kind| CLIENT_CONNECTION_ERRORS.include?(kind.name) }
+          error.is_a?(ConnectionError) ||
+            error.class.ancestors.any? { |kind| CLIENT_CONNECTION_ERRORS.include?(kind.name) }
         end
 
         def compat_client?(conn)
