@@ -118,7 +118,8 @@ RSpec.describe "Sidekiq bulk pushes of unique jobs" do
     it "perform_bulk(args, spread_interval:): each lock lives unique_for past its job's time within the spread" do
       parked.perform_bulk(Array.new(20) { |n| [base + n] }, spread_interval: 600)
 
-      scheduled = admin.zrange("schedule", 0, -1, with_scores: true).to_h.transform_keys { |json| JSON.parse(json)["args"] }
+      scheduled = admin.zrange("schedule", 0, -1, with_scores: true).to_h
+                       .transform_keys { |json| JSON.parse(json)["args"] }
       expect(scheduled.size).to eq(20)
       expect(scheduled.values.max - Time.now.to_f).to be_between(300, 600) # 20 jobs: one of them late in the 600 s
       scheduled.each do |args, at|
