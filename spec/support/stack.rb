@@ -95,10 +95,15 @@ module Stack
     wanted = { "sidekiq" => sidekiq, "activesupport" => rails }.compact
     loaded = wanted.keys.to_h { |name| [name, loaded_version(name)] }
     foreign = $LOADED_FEATURES.grep(%r{/(?:#{Regexp.union(foreign_names)})-[\d.]+/lib/})
-                              .reject { |path| path.start_with?("#{VENDOR}/") }
+                              .reject { |path| vendor_dirs.any? { |dir| path.start_with?("#{dir}/") } }
     return if loaded == wanted && foreign.empty?
 
     raise "wanted #{wanted} from #{VENDOR}; loaded #{loaded}#{", and #{foreign.first(3).join(", ")}" if foreign.any?}"
+  end
+
+  # VENDOR as given and as the files loaded from it are named: ../shared may be a symlink.
+  def vendor_dirs
+    [VENDOR, File.directory?(VENDOR) ? File.realpath(VENDOR) : VENDOR].uniq
   end
 
   def loaded_version(name)
