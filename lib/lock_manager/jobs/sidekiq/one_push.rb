@@ -48,9 +48,9 @@ module LockManager
         # leaves it out (6.4) or has nil for it (7, 8), as when the middleware refused it.
         # @return [Array<Hash>] the payloads Sidekiq writes itself
         def write(client, payloads)
-          deferred, others = payloads.partition { |payload| deferred?(payload) }
-          return others if deferred.empty?
+          return payloads unless payloads.any? { |payload| deferred?(payload) } # a plain push: no Array made
 
+          deferred, others = payloads.partition { |payload| deferred?(payload) }
           replies = claim(deferred, deferred.map { |payload| commands(client, payload) })
           return payloads unless replies # Redis unreachable, on_redis_error: :run: pushed without their locks
 
