@@ -642,3 +642,77 @@ fn claims_name_their_holder_and_renew_only_their_own() {
     assert_eq!(core.holder(b"a", &never()).unwrap(), None);
     assert!(core.claim_all(&[], &never()).unwrap().is_empty());
 }
+
+/// Runs claim_push.lua for `token` with `resent`, its push one SADD and one LPUSH of `payload`.
+fn claim_push(
+    conn: &mut redis::Connection,
+    token: &str,
+    resent: bool,
+    payload: &str,
+) -> redis::Value {
+    use lock_manager::scripts::CLAIM_PUSH;
+    let counter = KeySpace::fencing_counter(b"t:job");
+    let keys: [&[u8]; 4] = [b"t:job", b"queues", b"queue:q", &counter];
+    let resent = if resent { "1" } else { "0" };
+    let args = [
+        token, "60000", resent, "SADD", "1", "q", "LPUSH", "1", payload,
+    ];
+    let args: Vec<&[u8]> = args.iter().map(|arg| arg.as_bytes()).collect();
+    CLAIM_PUSH.run(conn, &keys, &args).unwrap()
+}
+
+#[test]
+fn a_claim_pushes_its_job_only_when_taken_and_a_send_again_never_pushes_twice() {
+    let server = RedisServer::start();
+    let mut conn = server.client();
+    let queued = |conn: &mut redis::Connection| -> Vec<String> {
+        redis::cmd("LRANGE")
+            .arg("queue:q")
+            .arg(0)
+            .arg(-1)
+            .query(conn)
+            .unwrap()
+    };
+
+    assert!(matches!(
+        claim_push(&mut conn, "jid-1", false, "a"),
+        redis::Value::Int(_)
+    ));
+    assert_eq!(queued(&mut conn), ["a"]);
+    // Sent again after a lost reply: the lock its token holds says the first send may have run.
+    assert_eq!(claim_push(&mut conn, "jid-1", true, "a"), redis::Value::Nil);
+    assert_eq!(queued(&mut conn), ["a"]);
+    // Another job's claim: refused, nothing pushed, sent again or not.
+    for resent in [false, true] {
+        let holder = claim_push(&mut conn, "jid-2", resent, "b");
+        assert_eq!(holder, redis::Value::BulkString(b"jid-1".to_vec()));
+    }
+    assert_eq!(queued(&mut conn), ["a"]);
+    // The same job pushed again by its own process (Sidekiq's scheduler): taken again, pushed.
+    assert!(matches!(
+        claim_push(&mut conn, "jid-1", false, "a2"),
+        redis::Value::Int(_)
+    ));
+    assert_eq!(queued(&mut conn), ["a2", "a"]);
+    let members: Vec<String> = redis::cmd("SMEMBERS")
+        .arg("queues")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(members, ["q"]);
+
+    // Anything but Sidekiq's push commands is refused before the claim.
+    use lock_manager::scripts::CLAIM_PUSH;
+    let counter = KeySpace::fencing_counter(b"t:other");
+    let keys: [&[u8]; 3] = [b"t:other", b"victim", &counter];
+    let args: [&[u8]; 5] = [b"jid-3", b"60000", b"0", b"DEL", b"0"];
+    let refused: redis::RedisResult<redis::Value> = CLAIM_PUSH.run(&mut conn, &keys, &args);
+    assert!(refused
+        .unwrap_err()
+        .to_string()
+        .contains("not a push command"));
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("t:other")
+        .query(&mut conn)
+        .unwrap();
+    assert!(!exists);
+}
