@@ -90,11 +90,11 @@ impl LockCore {
 
     /// Claims each key as `claim_all` does and, only where the claim is taken, runs its push (a
     /// job's own push commands, each `[name, key, args...]`): a job is pushed with its lock or not
-    /// at all, every claim and push in one round trip. For a Redis that is also the jobs' Redis
-    /// (never a Cluster: the push's keys lie in other slots). Nothing is undone: each script runs
-    /// whole or not at all. A send is repeated only on a connection found dead before its reply;
-    /// where that send may have run (its token holds the lock), nothing is pushed again and the
-    /// round trip fails as a lost connection.
+    /// at all, every claim and push in one script, one round trip. For a Redis that is also the
+    /// jobs' Redis (never a Cluster: the push's keys lie in other slots). Nothing is undone: the
+    /// script runs whole or not at all. A send is repeated only on a connection found dead before
+    /// its reply; where that send may have run (its token holds the lock), nothing is pushed again
+    /// and the round trip fails as a lost connection.
     pub fn claim_and_push(
         &self,
         claims: &[ClaimRequest],
@@ -106,38 +106,51 @@ impl LockCore {
         };
         let locks: Vec<Vec<u8>> = claims.iter().map(|c| self.redis_key(c.key)).collect();
         let counters: Vec<Vec<u8>> = locks.iter().map(|l| KeySpace::fencing_counter(l)).collect();
-        let ttls: Vec<String> = claims.iter().map(|c| c.ttl_ms.to_string()).collect();
-        let counts: Vec<Vec<String>> = pushes
+        let numbers: Vec<Vec<String>> = claims
             .iter()
-            .map(|push| push.iter().map(|c| (c.len() - 2).to_string()).collect())
+            .zip(pushes)
+            .map(|(claim, push)| {
+                let counts = push.iter().map(|command| (command.len() - 2).to_string());
+                [claim.ttl_ms.to_string(), push.len().to_string()]
+                    .into_iter()
+                    .chain(counts)
+                    .collect()
+            })
             .collect();
+        let mut keys: Vec<&[u8]> = Vec::new();
+        let mut args: Vec<&[u8]> = vec![b"0"];
+        for at in 0..claims.len() {
+            let [ttl, count, counts @ ..] = numbers[at].as_slice() else {
+                unreachable!("a TTL and a count per claim");
+            };
+            keys.push(&locks[at]);
+            args.extend([
+                claims[at].token.as_bytes(),
+                ttl.as_bytes(),
+                count.as_bytes(),
+            ]);
+            for (command, count) in pushes[at].iter().zip(counts) {
+                keys.push(&command[1]);
+                args.extend([command[0].as_slice(), count.as_bytes()]);
+                args.extend(command[2..].iter().map(Vec::as_slice));
+            }
+            keys.push(&counters[at]);
+        }
         let route = self.redis_key(first.key);
         let replies = self
             .pool()
             .round_trip(&route, interrupt, None, |conn, sent| {
-                let resent: &[u8] = if sent.resent { b"1" } else { b"0" };
-                let calls: Vec<ScriptCall> = (0..claims.len())
-                    .map(|at| {
-                        let mut keys: Vec<&[u8]> = vec![&locks[at]];
-                        let mut args =
-                            vec![claims[at].token.as_bytes(), ttls[at].as_bytes(), resent];
-                        for (command, count) in pushes[at].iter().zip(&counts[at]) {
-                            keys.push(&command[1]);
-                            args.extend([command[0].as_slice(), count.as_bytes()]);
-                            args.extend(command[2..].iter().map(Vec::as_slice));
-                        }
-                        keys.push(&counters[at]);
-                        (keys, args)
-                    })
-                    .collect();
-                CLAIM_PUSH
-                    .run_many(conn, &calls)?
-                    .into_iter()
-                    .map(|reply| match reply {
-                        Value::Boolean(false) | Value::Nil => Ok(None),
-                        reply => claimed(reply).map(Some),
-                    })
-                    .collect::<Result<Vec<_>, _>>()
+                args[0] = if sent.resent { b"1" } else { b"0" };
+                match CLAIM_PUSH.run::<Value>(conn, &keys, &args)? {
+                    Value::Array(replies) => replies
+                        .into_iter()
+                        .map(|reply| match reply {
+                            Value::Nil | Value::Boolean(false) => Ok(None),
+                            reply => claimed(reply).map(Some),
+                        })
+                        .collect::<Result<Vec<_>, _>>(),
+                    other => Err(unexpected(other)),
+                }
             })?;
         if replies.iter().any(Option::is_none) {
             let addr = self.pool().pool_for(&route)?.addr();
@@ -197,6 +210,16 @@ fn identity(info: &str, client: &str) -> Option<String> {
         .split_whitespace()
         .find_map(|field| field.strip_prefix("db="))?;
     Some(format!("{}/{db}", run_id.trim()))
+}
+
+fn unexpected(reply: Value) -> redis::RedisError {
+    let message = format!("{reply:?}");
+    (
+        redis::ErrorKind::Parse,
+        "claim_push.lua's reply is not an array",
+        message,
+    )
+        .into()
 }
 
 fn claimed(reply: Value) -> Result<Claimed, redis::RedisError> {

@@ -643,21 +643,48 @@ fn claims_name_their_holder_and_renew_only_their_own() {
     assert!(core.claim_all(&[], &never()).unwrap().is_empty());
 }
 
-/// Runs claim_push.lua for `token` with `resent`, its push one SADD and one LPUSH of `payload`.
+/// Runs claim_push.lua for one job, `token`, with `resent`; its push one SADD and one LPUSH of
+/// `payload`.
 fn claim_push(
     conn: &mut redis::Connection,
     token: &str,
     resent: bool,
     payload: &str,
 ) -> redis::Value {
+    match claim_push_all(conn, &[(token, payload)], resent) {
+        redis::Value::Array(mut replies) if replies.len() == 1 => replies.remove(0),
+        other => panic!("one reply per job: {other:?}"),
+    }
+}
+
+/// Runs claim_push.lua for `jobs`, each (token, payload) on the lock "t:<payload's first letter>".
+fn claim_push_all(
+    conn: &mut redis::Connection,
+    jobs: &[(&str, &str)],
+    resent: bool,
+) -> redis::Value {
     use lock_manager::scripts::CLAIM_PUSH;
-    let counter = KeySpace::fencing_counter(b"t:job");
-    let keys: [&[u8]; 4] = [b"t:job", b"queues", b"queue:q", &counter];
-    let resent = if resent { "1" } else { "0" };
-    let args = [
-        token, "60000", resent, "SADD", "1", "q", "LPUSH", "1", payload,
-    ];
-    let args: Vec<&[u8]> = args.iter().map(|arg| arg.as_bytes()).collect();
+    let locks: Vec<Vec<u8>> = jobs
+        .iter()
+        .map(|(_, p)| format!("t:{}", &p[..1]).into_bytes())
+        .collect();
+    let counters: Vec<Vec<u8>> = locks.iter().map(|l| KeySpace::fencing_counter(l)).collect();
+    let mut keys: Vec<&[u8]> = Vec::new();
+    let mut args: Vec<&[u8]> = vec![if resent { b"1" } else { b"0" }];
+    for (at, (token, payload)) in jobs.iter().enumerate() {
+        keys.extend([&locks[at][..], b"queues", b"queue:q", &counters[at][..]]);
+        args.extend([
+            token.as_bytes(),
+            b"60000",
+            b"2",
+            b"SADD",
+            b"1",
+            b"q",
+            b"LPUSH",
+            b"1",
+        ]);
+        args.push(payload.as_bytes());
+    }
     CLAIM_PUSH.run(conn, &keys, &args).unwrap()
 }
 
@@ -682,9 +709,9 @@ fn a_claim_pushes_its_job_only_when_taken_and_a_send_again_never_pushes_twice() 
     // Sent again after a lost reply: the lock its token holds says the first send may have run.
     assert_eq!(claim_push(&mut conn, "jid-1", true, "a"), redis::Value::Nil);
     assert_eq!(queued(&mut conn), ["a"]);
-    // Another job's claim: refused, nothing pushed, sent again or not.
+    // Another job's claim of the same lock: refused, nothing pushed, sent again or not.
     for resent in [false, true] {
-        let holder = claim_push(&mut conn, "jid-2", resent, "b");
+        let holder = claim_push(&mut conn, "jid-2", resent, "a-other");
         assert_eq!(holder, redis::Value::BulkString(b"jid-1".to_vec()));
     }
     assert_eq!(queued(&mut conn), ["a"]);
@@ -694,17 +721,27 @@ fn a_claim_pushes_its_job_only_when_taken_and_a_send_again_never_pushes_twice() 
         redis::Value::Int(_)
     ));
     assert_eq!(queued(&mut conn), ["a2", "a"]);
+    // A batch: each job as its own claim says, in order.
+    let batch = [("jid-3", "b"), ("jid-4", "b-repeat"), ("jid-5", "c")];
+    let replies = claim_push_all(&mut conn, &batch, false);
+    let redis::Value::Array(replies) = replies else {
+        panic!("{replies:?}")
+    };
+    assert!(matches!(replies[0], redis::Value::Int(_)));
+    assert_eq!(replies[1], redis::Value::BulkString(b"jid-3".to_vec()));
+    assert!(matches!(replies[2], redis::Value::Int(_)));
+    assert_eq!(queued(&mut conn), ["c", "b", "a2", "a"]);
     let members: Vec<String> = redis::cmd("SMEMBERS")
         .arg("queues")
         .query(&mut conn)
         .unwrap();
     assert_eq!(members, ["q"]);
 
-    // Anything but Sidekiq's push commands is refused before the claim.
+    // Anything but Sidekiq's push commands is refused before any claim.
     use lock_manager::scripts::CLAIM_PUSH;
     let counter = KeySpace::fencing_counter(b"t:other");
     let keys: [&[u8]; 3] = [b"t:other", b"victim", &counter];
-    let args: [&[u8]; 5] = [b"jid-3", b"60000", b"0", b"DEL", b"0"];
+    let args: [&[u8]; 6] = [b"0", b"jid-6", b"60000", b"1", b"DEL", b"0"];
     let refused: redis::RedisResult<redis::Value> = CLAIM_PUSH.run(&mut conn, &keys, &args);
     assert!(refused
         .unwrap_err()

@@ -1,30 +1,52 @@
--- A unique job's enqueue lock claimed (shared/claim.lua) and, only when taken, the job pushed:
--- a job is pushed with its lock or not at all, in one round trip. The push is Sidekiq's own
--- commands for that job (SADD to its set of queues, LPUSH to its queue, or ZADD to its schedule).
--- KEYS: the lock, one key per push command, the fencing counter (last: shared/fencing.lua).
--- ARGV: the token, the TTL in ms, '1' when this is a send again after a reply was lost, then per
--- push command its name, its number of arguments and those arguments (after its key).
--- Returns the fencing token when claimed and pushed, or the holder's token; false when sent again
--- and the token holds the lock already: the first send may have pushed the job, so nothing is.
-local lock_key = KEYS[1]
-local token, ttl_ms, resent = ARGV[1], ARGV[2], ARGV[3] == '1'
+-- Unique jobs' enqueue locks claimed (shared/claim.lua) and, for each claim taken, its job pushed:
+-- a job is pushed with its lock or not at all, a whole batch in one script. A job's push is
+-- Sidekiq's own commands for it (SADD to its set of queues, LPUSH to its queue, or ZADD to its
+-- schedule).
+-- KEYS, per job: its lock, one key per push command, its fencing counter.
+-- ARGV: '1' when this is a send again after a reply was lost, then per job its token, its TTL in
+-- ms and its number of push commands, each command then as its name, its number of arguments and
+-- those arguments (after its key).
+-- Returns per job: the fencing token when claimed and pushed, or the holder's token; false when
+-- sent again and the token holds the lock already: the first send may have pushed the job, so
+-- nothing is pushed again.
+local resent = ARGV[1] == '1'
 local PUSHES = { SADD = true, LPUSH = true, ZADD = true }
 
-local commands = {}
-local at = 4
-for index = 2, #KEYS - 1 do
-  local name, count = ARGV[at], tonumber(ARGV[at + 1] or '')
-  if not PUSHES[name] or not count then
-    return redis.error_reply('ERR not a push command: ' .. tostring(name))
+-- Every job read, and its commands checked, before anything is written.
+local jobs = {}
+local key_at, arg_at = 1, 2
+while arg_at <= #ARGV do
+  local job = { lock = KEYS[key_at], token = ARGV[arg_at], ttl_ms = ARGV[arg_at + 1], commands = {} }
+  local count = tonumber(ARGV[arg_at + 2] or '')
+  if not count then return redis.error_reply('ERR a job without its number of push commands') end
+  key_at, arg_at = key_at + 1, arg_at + 3
+  for _ = 1, count do
+    local name, args = ARGV[arg_at], tonumber(ARGV[arg_at + 1] or '')
+    if not PUSHES[name] or not args then
+      return redis.error_reply('ERR not a push command: ' .. tostring(name))
+    end
+    job.commands[#job.commands + 1] = { name, KEYS[key_at], arg_at + 2, arg_at + 1 + args }
+    key_at, arg_at = key_at + 1, arg_at + 2 + args
   end
-  commands[#commands + 1] = { name, KEYS[index], at + 2, at + 1 + count }
-  at = at + 2 + count
+  job.counter = KEYS[key_at]
+  key_at = key_at + 1
+  jobs[#jobs + 1] = job
 end
-if resent and redis.call('GET', lock_key) == token then return false end
+if key_at - 1 ~= #KEYS or arg_at - 1 ~= #ARGV then
+  return redis.error_reply('ERR the keys and arguments of the pushes do not match')
+end
 
-local claimed = claim(lock_key, token, ttl_ms)
-if type(claimed) == 'string' then return claimed end
-for _, command in ipairs(commands) do
-  redis.call(command[1], command[2], unpack(ARGV, command[3], command[4]))
+local replies = {}
+for index, job in ipairs(jobs) do
+  local reply = false
+  if not (resent and redis.call('GET', job.lock) == job.token) then
+    reply = claim(job.lock, job.token, job.ttl_ms, job.counter)
+    if type(reply) ~= 'string' then
+      for _, command in ipairs(job.commands) do
+        redis.call(command[1], command[2], unpack(ARGV, command[3], command[4]))
+      end
+    end
+  end
+  replies[index] = reply
 end
-return claimed
+return replies

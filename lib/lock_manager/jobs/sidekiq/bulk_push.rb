@@ -17,7 +17,7 @@ module LockManager
       # Prepended to Sidekiq::Client.
       module Client
         def push_bulk(items)
-          bulk = BulkPush.prepare(items) unless OnePush.possible?(@redis_pool) # else each job claims at its write
+          bulk = BulkPush.prepare(items, @redis_pool)
           bulk ? BulkPush.around(bulk) { super(bulk.items) } : super
         end
       end
@@ -30,12 +30,13 @@ module LockManager
           bulk&.take(index, job)
         end
 
-        # The bulk's claims, or nil when its class has no unique lock.
-        def prepare(items)
+        # The bulk's claims, or nil when its class has no unique lock or each job's claim travels
+        # with its push (OnePush).
+        def prepare(items, redis_pool)
           return unless items["args"].is_a?(Array)
 
           klass, options = Jobs.unique_options(items, items["class"])
-          new(items, klass, options) if klass && options
+          new(items, klass, options) if klass && options && !OnePush.possible?(redis_pool)
         end
 
         def around(bulk)
