@@ -36,17 +36,36 @@ if key_at - 1 ~= #KEYS or arg_at - 1 ~= #ARGV then
   return redis.error_reply('ERR the keys and arguments of the pushes do not match')
 end
 
+-- The pushes of the jobs taken, one command per name and key, its arguments in the jobs' order:
+-- an LPUSH of several values pushes them in order, as one LPUSH each would.
+local pushes, order = {}, {}
+local function push(command)
+  local id = command[1] .. ' ' .. command[2]
+  local batch = pushes[id]
+  if not batch then
+    batch = { command[1], command[2] }
+    pushes[id] = batch
+    order[#order + 1] = batch
+  end
+  for at = command[3], command[4] do batch[#batch + 1] = ARGV[at] end
+end
+
 local replies = {}
 for index, job in ipairs(jobs) do
   local reply = false
   if not (resent and redis.call('GET', job.lock) == job.token) then
     reply = claim(job.lock, job.token, job.ttl_ms, job.counter)
     if type(reply) ~= 'string' then
-      for _, command in ipairs(job.commands) do
-        redis.call(command[1], command[2], unpack(ARGV, command[3], command[4]))
-      end
+      for _, command in ipairs(job.commands) do push(command) end
     end
   end
   replies[index] = reply
+end
+-- At most CHUNK arguments a call (Lua's unpack has a limit); even, so ZADD's pairs stay whole.
+local CHUNK = 1000
+for _, batch in ipairs(order) do
+  for first = 3, #batch, CHUNK do
+    redis.call(batch[1], batch[2], unpack(batch, first, math.min(first + CHUNK - 1, #batch)))
+  end
 end
 return replies

@@ -2,10 +2,11 @@
 
 module LockManager
   module Sidekiq
-    # Where a job's claim cannot travel with its push (OnePush), push_bulk takes every unique job's
-    # lock before the jobs go through the client middleware, in one round trip per 1,000 jobs; the
-    # middleware then keeps or drops each job (a kept job's jid becomes the one its lock was
-    # claimed for). Each job's claim travels with it, on its own
+    # push_bulk takes every unique job's lock before the jobs go through the client middleware, in
+    # one round trip per 1,000 jobs; the middleware then keeps or drops each job (a kept job's jid
+    # becomes the one its lock was claimed for). Its claims never travel with the push (OnePush):
+    # Sidekiq's one LPUSH of the whole batch costs Redis half the CPU of a script that reads every
+    # job's payload to push it (bench/README.md). Each job's claim travels with it, on its own
     # copy of its arguments: the one thing of the bulk's that Sidekiq hands the middleware per job.
     class BulkPush
       SLICE = 1_000
@@ -17,7 +18,7 @@ module LockManager
       # Prepended to Sidekiq::Client.
       module Client
         def push_bulk(items)
-          bulk = BulkPush.prepare(items, @redis_pool)
+          bulk = BulkPush.prepare(items)
           bulk ? BulkPush.around(bulk) { super(bulk.items) } : super
         end
       end
@@ -30,13 +31,12 @@ module LockManager
           bulk&.take(index, job)
         end
 
-        # The bulk's claims, or nil when its class has no unique lock or each job's claim travels
-        # with its push (OnePush).
-        def prepare(items, redis_pool)
+        # The bulk's claims, or nil when its class has no unique lock.
+        def prepare(items)
           return unless items["args"].is_a?(Array)
 
           klass, options = Jobs.unique_options(items, items["class"])
-          new(items, klass, options) if klass && options && !OnePush.possible?(redis_pool)
+          new(items, klass, options) if klass && options
         end
 
         def around(bulk)
