@@ -60,8 +60,7 @@ impl LockCore {
         let Some(first) = claims.first() else {
             return Ok(Vec::new());
         };
-        let locks: Vec<Vec<u8>> = claims.iter().map(|c| self.redis_key(c.key)).collect();
-        let counters: Vec<Vec<u8>> = locks.iter().map(|l| KeySpace::fencing_counter(l)).collect();
+        let (locks, counters) = self.claim_keys(claims);
         let ttls: Vec<String> = claims.iter().map(|c| c.ttl_ms.to_string()).collect();
         let calls: Vec<ScriptCall> = (0..claims.len())
             .map(|at| {
@@ -104,8 +103,7 @@ impl LockCore {
         let Some(first) = claims.first() else {
             return Ok(Vec::new());
         };
-        let locks: Vec<Vec<u8>> = claims.iter().map(|c| self.redis_key(c.key)).collect();
-        let counters: Vec<Vec<u8>> = locks.iter().map(|l| KeySpace::fencing_counter(l)).collect();
+        let (locks, counters) = self.claim_keys(claims);
         let numbers: Vec<Vec<String>> = claims
             .iter()
             .zip(pushes)
@@ -161,6 +159,13 @@ impl LockCore {
             ));
         }
         Ok(replies.into_iter().flatten().collect())
+    }
+
+    /// Each claim's lock key and its fencing counter's, in Redis.
+    fn claim_keys(&self, claims: &[ClaimRequest]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+        let locks: Vec<Vec<u8>> = claims.iter().map(|c| self.redis_key(c.key)).collect();
+        let counters = locks.iter().map(|l| KeySpace::fencing_counter(l)).collect();
+        (locks, counters)
     }
 
     /// The Redis the locks live on, as "run_id/db" (its `INFO server` run_id and this
