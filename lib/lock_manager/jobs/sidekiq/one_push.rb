@@ -4,12 +4,12 @@ module LockManager
   module Sidekiq
     # A unique job's lock claimed in the round trip that pushes the job. Where Sidekiq's Redis is
     # the locks' Redis (the same server and database), the client middleware only marks the job;
-    # at the write, one script per job claims its lock and pushes the job only when the claim was
-    # taken, every job of the push (a push_bulk batch) in one round trip: a job is pushed with its
-    # lock or not at all. The commands are Sidekiq's own (its atomic_push, recorded per job).
-    # Elsewhere (another Redis, a Cluster, Sidekiq::Testing, a connection Sidekiq wraps such as a
-    # namespace, another module's raw_push in front of ours) the lock is claimed first, then
-    # Sidekiq pushes: two round trips.
+    # at the write, one script claims its lock and pushes the job only when the claim was taken:
+    # a job is pushed with its lock or not at all. The commands are Sidekiq's own (its
+    # atomic_push, recorded per job). Elsewhere (another Redis, a Cluster, Sidekiq::Testing, a
+    # connection Sidekiq wraps such as a namespace, another module's raw_push in front of ours)
+    # the lock is claimed first, then Sidekiq pushes: two round trips. So is a push_bulk's
+    # (BulkPush), which is cheaper that way.
     module OnePush
       # The instance variable of a payload whose claim travels with its push: its JobLock.
       DEFERRED = :@lock_manager_deferred_claim
@@ -37,15 +37,21 @@ module LockManager
         def deferring(lock)
           payload = yield
           return payload unless payload.is_a?(Hash)
-          return (payload unless JobLock.claim([lock], [payload["at"]]).first) if payload.frozen?
+          return claimed_now(lock, payload) if payload.frozen?
 
           payload.instance_variable_set(DEFERRED, lock)
           payload
         end
 
+        # @return [Hash, nil] the payload, or nil when another job holds its lock
+        def claimed_now(lock, payload)
+          holder = JobLock.claim([lock], [payload["at"]]).first
+          holder ? Jobs.refused(lock, payload, holder) : payload
+        end
+
         # Claims and pushes, in one round trip, those of Sidekiq's `payloads` whose claims travel
-        # with them. A refused job is left out of `payloads`, its jid nil: what push_bulk returns
-        # leaves it out (6.4) or has nil for it (7, 8), as when the middleware refused it.
+        # with them. A refused job is left out of `payloads` and its jid is nil: Client#push returns
+        # the jid.
         # @return [Array<Hash>] the payloads Sidekiq writes itself
         def write(client, payloads)
           return payloads unless payloads.any? { |payload| deferred?(payload) } # a plain push: no Array made
