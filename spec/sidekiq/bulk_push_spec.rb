@@ -56,7 +56,7 @@ RSpec.describe "Sidekiq bulk pushes of unique jobs" do
     args = Array.new(100) { |n| [base + n] }
     link = SlowLink.new(@server.port)
     use_locks("bulk:", url: link.url)
-    parked.perform_async(base - 1) # opens the pooled connection and loads the script, through the link
+    parked.perform_bulk([[base - 1]]) # opens the pooled connection and loads the claim script, through the link
     link.slow_down(0.3)
     result = parked.perform_bulk(args * 2)
     round_trips = link.round_trips
