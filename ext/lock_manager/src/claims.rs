@@ -104,30 +104,23 @@ impl LockCore {
             return Ok(Vec::new());
         };
         let (locks, counters) = self.claim_keys(claims);
-        let numbers: Vec<Vec<String>> = claims
+        // The numbers the script reads, as text that outlives the arguments pointing into it.
+        let ttls: Vec<String> = claims.iter().map(|c| c.ttl_ms.to_string()).collect();
+        let command_counts: Vec<String> = pushes.iter().map(|p| p.len().to_string()).collect();
+        let argument_counts: Vec<Vec<String>> = pushes
             .iter()
-            .zip(pushes)
-            .map(|(claim, push)| {
-                let counts = push.iter().map(|command| (command.len() - 2).to_string());
-                [claim.ttl_ms.to_string(), push.len().to_string()]
-                    .into_iter()
-                    .chain(counts)
-                    .collect()
-            })
+            .map(|push| push.iter().map(|c| (c.len() - 2).to_string()).collect())
             .collect();
         let mut keys: Vec<&[u8]> = Vec::new();
         let mut args: Vec<&[u8]> = vec![b"0"];
         for at in 0..claims.len() {
-            let [ttl, count, counts @ ..] = numbers[at].as_slice() else {
-                unreachable!("a TTL and a count per claim");
-            };
             keys.push(&locks[at]);
             args.extend([
                 claims[at].token.as_bytes(),
-                ttl.as_bytes(),
-                count.as_bytes(),
+                ttls[at].as_bytes(),
+                command_counts[at].as_bytes(),
             ]);
-            for (command, count) in pushes[at].iter().zip(counts) {
+            for (command, count) in pushes[at].iter().zip(&argument_counts[at]) {
                 keys.push(&command[1]);
                 args.extend([command[0].as_slice(), count.as_bytes()]);
                 args.extend(command[2..].iter().map(Vec::as_slice));

@@ -4,6 +4,8 @@
 use magnus::{method, prelude::*, Error, IntoValue, RArray, RClass, RModule, RString, Ruby, Value};
 
 use crate::claims::{ClaimRequest, Claimed};
+use crate::error::LockError;
+use crate::gvl::Interrupt;
 use crate::lock::Lock;
 use crate::lock_core::Acquisition;
 use crate::ruby::call::{blocking, copy_bytes, copy_keys, current_thread, request};
@@ -38,12 +40,9 @@ fn claim(
             "claim: as many tokens and TTLs as keys",
         ));
     }
-    let key_bytes = copy_keys(keys)?;
-    let claims = requests(&key_bytes, &tokens, &ttls_ms);
-    let first = key_bytes.first().cloned().unwrap_or_default();
-    let to_ruby = |e| errors::for_key_bytes(ruby, e, &first);
-    let claimed = blocking(ruby, to_ruby, |i| rb_self.core().claim_all(&claims, i))?;
-    Ok(ruby.ary_from_iter(claimed.into_iter().map(|c| shown(ruby, c))))
+    claiming(ruby, keys, &tokens, &ttls_ms, |claims, i| {
+        rb_self.core().claim_all(claims, i)
+    })
 }
 
 /// `claim`, where each claim taken also pushes its job: `pushes[i]` is that job's push, commands
@@ -75,25 +74,37 @@ fn claim_push(
         let message = "claim_push: a push command is its name and its key at least";
         return Err(Error::new(ruby.exception_arg_error(), message));
     }
-    let key_bytes = copy_keys(keys)?;
-    let claims = requests(&key_bytes, &tokens, &ttls_ms);
-    let first = key_bytes.first().cloned().unwrap_or_default();
-    let to_ruby = |e| errors::for_key_bytes(ruby, e, &first);
-    let claimed = blocking(ruby, to_ruby, |i| {
-        rb_self.core().claim_and_push(&claims, &pushes, i)
-    })?;
-    Ok(ruby.ary_from_iter(claimed.into_iter().map(|c| shown(ruby, c))))
+    claiming(ruby, keys, &tokens, &ttls_ms, |claims, i| {
+        rb_self.core().claim_and_push(claims, &pushes, i)
+    })
 }
 
 /// The Redis the locks live on, "run_id/db", or nil on a Cluster (see `claims.rs`).
 fn server_identity(ruby: &Ruby, rb_self: &NativeLocker) -> Result<Option<String>, Error> {
-    let to_ruby = |e| errors::for_key_bytes(ruby, e, b"");
+    let to_ruby = |e| errors::for_subject(ruby, e, &"the identity of the locks' Redis");
     blocking(ruby, to_ruby, |i| rb_self.core().server_identity(i))
 }
 
 /// One push command, `[name, key, args...]`, as bytes.
 fn copy_command(command: Value) -> Result<Vec<Vec<u8>>, Error> {
     copy_keys(RArray::try_convert(command)?)
+}
+
+/// Runs `call` with the claims of `keys[i]` for `tokens[i]` for `ttls_ms[i]`, the GVL released;
+/// each reply as `claim` returns it. An error names the first key.
+fn claiming(
+    ruby: &Ruby,
+    keys: RArray,
+    tokens: &[String],
+    ttls_ms: &[u64],
+    mut call: impl FnMut(&[ClaimRequest], &Interrupt) -> Result<Vec<Claimed>, LockError>,
+) -> Result<RArray, Error> {
+    let key_bytes = copy_keys(keys)?;
+    let claims = requests(&key_bytes, tokens, ttls_ms);
+    let first = key_bytes.first().cloned().unwrap_or_default();
+    let to_ruby = |e| errors::for_key_bytes(ruby, e, &first);
+    let claimed = blocking(ruby, to_ruby, |i| call(&claims, i))?;
+    Ok(ruby.ary_from_iter(claimed.into_iter().map(|c| shown(ruby, c))))
 }
 
 fn requests<'a>(
