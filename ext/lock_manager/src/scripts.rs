@@ -9,7 +9,7 @@
 use std::sync::LazyLock;
 
 use redis::{
-    Cmd, ConnectionLike, ErrorKind, FromRedisValue, RedisError, RedisResult, ServerErrorKind, Value,
+    ConnectionLike, ErrorKind, FromRedisValue, RedisError, RedisResult, ServerErrorKind, Value,
 };
 
 use crate::keys::CHANNEL_PREFIX;
@@ -43,9 +43,14 @@ impl LuaScript {
         keys: &[&[u8]],
         args: &[&[u8]],
     ) -> RedisResult<T> {
-        match eval("EVALSHA", self.sha1.as_bytes(), keys, args).query(conn) {
+        let query = |conn: &mut _, verb, script| -> RedisResult<T> {
+            let packed = eval(verb, script, keys, args);
+            let reply = ConnectionLike::req_packed_command(conn, &packed)?;
+            Ok(T::from_redis_value(reply.extract_error()?)?)
+        };
+        match query(conn, "EVALSHA", self.sha1.as_bytes()) {
             Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                eval("EVAL", self.source.as_bytes(), keys, args).query(conn)
+                query(conn, "EVAL", self.source.as_bytes())
             }
             other => other,
         }
@@ -80,11 +85,11 @@ impl LuaScript {
         script: &[u8],
         calls: &[ScriptCall],
     ) -> RedisResult<Vec<Value>> {
-        let mut pipeline = redis::pipe();
+        let mut pipeline = Vec::new();
         for (keys, args) in calls {
-            pipeline.add_command(eval(verb, script, keys, args));
+            pack_eval(&mut pipeline, verb, script, keys, args);
         }
-        conn.send_packed_command(&pipeline.get_packed_pipeline())?;
+        conn.send_packed_command(&pipeline)?;
         calls.iter().map(|_| conn.recv_response()).collect()
     }
 
@@ -93,9 +98,7 @@ impl LuaScript {
     /// order; another connection's command could overtake it). EVAL, not EVALSHA: no reply
     /// comes back to tell us about NOSCRIPT.
     pub fn send_after(&self, conn: &mut redis::Connection, keys: &[&[u8]], args: &[&[u8]]) {
-        let _ = conn.send_packed_command(
-            &eval("EVAL", self.source.as_bytes(), keys, args).get_packed_command(),
-        );
+        let _ = conn.send_packed_command(&eval("EVAL", self.source.as_bytes(), keys, args));
     }
 
     #[cfg(test)]
@@ -104,13 +107,47 @@ impl LuaScript {
     }
 }
 
-fn eval(verb: &str, script: &[u8], keys: &[&[u8]], args: &[&[u8]]) -> Cmd {
-    let mut cmd = redis::cmd(verb);
-    cmd.arg(script).arg(keys.len());
-    for item in keys.iter().chain(args) {
-        cmd.arg(*item);
+/// EVAL or EVALSHA of `script`, packed.
+fn eval(verb: &str, script: &[u8], keys: &[&[u8]], args: &[&[u8]]) -> Vec<u8> {
+    let mut packed = Vec::new();
+    pack_eval(&mut packed, verb, script, keys, args);
+    packed
+}
+
+fn pack_eval(out: &mut Vec<u8>, verb: &str, script: &[u8], keys: &[&[u8]], args: &[&[u8]]) {
+    let mut digits = itoa::Buffer::new();
+    let head = [
+        verb.as_bytes(),
+        script,
+        digits.format(keys.len()).as_bytes(),
+    ];
+    pack(
+        out,
+        head.into_iter().chain(keys.iter().chain(args).copied()),
+    );
+}
+
+/// Appends one command, packed as Redis reads it (an array of bulk strings), to `out`, which
+/// grows once: redis-rs's `Cmd` grows two Vecs argument by argument and copies them again when
+/// it packs, about 5,000 instructions of a lock cycle (bench/README.md).
+fn pack<'a>(out: &mut Vec<u8>, args: impl Iterator<Item = &'a [u8]> + Clone) {
+    let (count, bytes) = args
+        .clone()
+        .fold((0, 0), |(n, b), arg| (n + 1, b + arg.len()));
+    // "$" or "*", at most 20 digits and CRLF per header, and CRLF after each argument.
+    out.reserve(23 + count * 25 + bytes);
+    header(out, b'*', count);
+    for arg in args {
+        header(out, b'$', arg.len());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
     }
-    cmd
+}
+
+fn header(out: &mut Vec<u8>, kind: u8, length: usize) {
+    out.push(kind);
+    out.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
+    out.extend_from_slice(b"\r\n");
 }
 
 /// Fencing tokens are at least this: a counter seeded from Redis's clock in microseconds (1e15
@@ -171,16 +208,17 @@ pub fn acquire(
     ttl_ms: &str,
     resent: bool,
 ) -> RedisResult<Acquired> {
-    let pipeline = redis::pipe()
-        .cmd("SET")
-        .arg(key)
-        .arg(token)
-        .arg("NX")
-        .arg("PX")
-        .arg(ttl_ms)
-        .cmd("INCR")
-        .arg(counter)
-        .get_packed_pipeline();
+    let mut pipeline = Vec::new();
+    let set: [&[u8]; 6] = [
+        b"SET",
+        key,
+        token.as_bytes(),
+        b"NX",
+        b"PX",
+        ttl_ms.as_bytes(),
+    ];
+    pack(&mut pipeline, set.into_iter());
+    pack(&mut pipeline, [b"INCR".as_slice(), counter].into_iter());
     conn.send_packed_command(&pipeline)?;
     // Each reply is read on its own, and the first failure to read ends the call: redis-rs's own
     // pipeline reading goes on to the next reply after a timeout or EINTR, which doubles the
@@ -256,6 +294,29 @@ mod tests {
             &REFRESH_SHARED,
             &FORCE_RELEASE,
         ]
+    }
+
+    #[test]
+    fn commands_are_packed_as_redis_rs_packs_them() {
+        let (key, args): (&[u8], [&[u8]; 3]) = (b"k", [b"", b"\r\n", &[0xff; 300]]);
+        let expected = redis::cmd("EVALSHA")
+            .arg("sha")
+            .arg(1)
+            .arg(key)
+            .arg(&args[..])
+            .get_packed_command();
+        assert_eq!(eval("EVALSHA", b"sha", &[key], &args), expected);
+        let mut pipeline = Vec::new();
+        pack(&mut pipeline, [b"SET".as_slice(), key, b"t"].into_iter());
+        pack(&mut pipeline, [b"INCR".as_slice(), b"c"].into_iter());
+        let expected = redis::pipe()
+            .cmd("SET")
+            .arg(key)
+            .arg("t")
+            .cmd("INCR")
+            .arg("c")
+            .get_packed_pipeline();
+        assert_eq!(pipeline, expected);
     }
 
     #[test]
