@@ -47,7 +47,7 @@ module LockManager
       raise raised if raised
 
       Reports.lost(lost, on_lost: @settings[:on_lost]) if lost
-      result.finish(lost: !lost.nil?)
+      result.finish(!lost.nil?)
     end
 
     # The lock was not acquired: the wait ran out (LockNotAcquired), or Redis could not be reached
@@ -97,7 +97,7 @@ module LockManager
       end
       result = Result.new(true)
       result.yield_to(&block)
-      result.finish(lost: false)
+      result.finish(false)
     end
   end
 end

@@ -47,7 +47,9 @@ module LockManager
 
       # Whether anyone listens to `name`: the only question a lock call asks when nobody does.
       def on?(name)
-        @subscribers.any? { |subscriber| subscriber.wants?(name) } || notifications_listening?(name)
+        # No block call when there is no subscriber (every lock cycle asks twice).
+        (!@subscribers.empty? && @subscribers.any? { |subscriber| subscriber.wants?(name) }) ||
+          notifications_listening?(name)
       end
 
       # Sends one event to every subscriber that wants it, then to ActiveSupport::Notifications. A

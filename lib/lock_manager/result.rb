@@ -51,7 +51,7 @@ module LockManager
 
     # Records whether the lock was held to the end of the block.
     # @api private
-    def finish(lost:)
+    def finish(lost)
       @lost = lost
       @lock = nil
       self
