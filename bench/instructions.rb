@@ -169,8 +169,8 @@ def check(counts)
   end
   CHECKED.flat_map do |name|
     figure = figures[name] or next puts("  #{name}: no figure for Ruby #{Stack.ruby}, not checked") || []
-    counts[name] = least(name, counts.fetch(name), figure.fetch("instructions"))
     instructions = figure.fetch("instructions")
+    counts[name] = least(name, counts.fetch(name), instructions)
     [past(name, "instructions", counts[name].checked, instructions, instructions * TOLERANCE),
      past(name, "objects", counts[name].objects, figure.fetch("objects"), OBJECTS_MARGIN)].compact
   end
