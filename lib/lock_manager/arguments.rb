@@ -77,7 +77,7 @@ module LockManager
     # `renew` and `max_hold` together, as the extension takes them.
     # @return [false, true, Integer] no renewal, renewal until released, or renewal for at most
     #   this many ms
-    def renewal(renew, max_hold, default_max_hold: nil)
+    def renewal(renew, max_hold, default_max_hold = nil)
       boolean(renew, :renew)
       raise ArgumentError, "max_hold needs renew: true (without renewal the lock lives `timeout`)" if max_hold && !renew
       return false unless renew

@@ -8,32 +8,31 @@ module LockManager
     private
 
     # Checks the arguments of a block call, then runs the block under the lock.
+    # (Positional, as every method of this hot path: keyword calls cost more.)
     # @param wait [Boolean, Float] false: one attempt; true: wait up to `timeout`; else seconds
     # @return [Result, nil] nil when the lock was taken
-    def synchronize(key, timeout, limit, wait:, fair:, renew:, max_hold:, on_redis_error:, &block)
+    def synchronize(key, timeout, limit, wait, fair, renew, max_hold, on_redis_error, &block) # rubocop:disable Metrics/ParameterLists
       raise ArgumentError, "a block is required" unless block_given?
 
       ttl = Arguments.milliseconds(timeout, :timeout)
       on_redis_error = on_redis_error ? Arguments.on_redis_error(on_redis_error, :on_redis_error) : self.on_redis_error
       wait = wait == true ? ttl / 1000.0 : (wait && wait.to_f) # rubocop:disable Style/SafeNavigation -- false too
-      result = run_locked(Arguments.key(key), ttl, Arguments.positive_integer(limit, :limit),
-                          wait: wait || nil, fair: Arguments.boolean(fair, :fair),
-                          renewal: renewal(renew, max_hold), on_redis_error: on_redis_error, &block)
+      result = run_locked(Arguments.key(key), ttl, Arguments.positive_integer(limit, :limit), wait || nil,
+                          Arguments.boolean(fair, :fair), renewal(renew, max_hold), on_redis_error, &block)
       check_eviction_policy unless @eviction_policy_checked
       result
     end
 
     # Runs the block under the lock. (One method: the block closes over its locals; parts of it
     # would cost a Proc or an object per call.)
-    def run_locked(key, ttl, limit, wait:, fair:, renewal:, on_redis_error:, &block) # rubocop:disable Metrics/AbcSize
+    def run_locked(key, ttl, limit, wait, fair, renewal, on_redis_error, &block) # rubocop:disable Metrics/AbcSize, Metrics/CyclomaticComplexity, Metrics/ParameterLists
       result = raised = nil
       started = Instrumentation.started
       begin
         outcome = native.synchronize(key, ttl, wait, limit, fair, renewal) do |fencing_token, lock, contended|
-          result = Result.new(true, fencing_token: fencing_token, lock: lock)
+          result = Result.new(true, fencing_token, lock)
           LeaseEvents.watch if lock # renewed
-          Instrumentation.acquired(key, started, wait: wait, limit: limit, fencing_token: fencing_token,
-                                                 contended: contended)
+          Instrumentation.acquired(key, started, wait, limit, fencing_token, contended) if started # someone listens
           result.yield_to(&block)
         rescue Exception => e # rubocop:disable Lint/RescueException -- re-raised once the lock is released
           raised = e

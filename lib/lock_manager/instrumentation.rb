@@ -20,7 +20,7 @@ module LockManager
     # @param started [Float] what #started returned
     # @param wait [Float, Symbol, nil] a block call's wait (nil: nonblocking), or the mode itself
     # @param contended [Boolean, nil] whether the first attempt found the key held
-    def acquired(key, started, wait:, limit:, fencing_token:, contended:)
+    def acquired(key, started, wait, limit, fencing_token, contended) # rubocop:disable Metrics/ParameterLists
       return unless started
 
       Events.emit(ACQUIRE, { key: key, mode: mode(wait), limit: limit, waited: clock - started, acquired: true,
@@ -46,7 +46,7 @@ module LockManager
       return lock unless started
 
       if lock
-        acquired(key, started, wait: mode, limit: 1, fencing_token: lock.fencing_token, contended: nil)
+        acquired(key, started, mode, 1, lock.fencing_token, nil)
       else
         refused(key, started, wait: mode, limit: 1)
       end
@@ -63,7 +63,7 @@ module LockManager
         refused(key, started, wait: mode, limit: 1)
       else
         token = reply.is_a?(Integer) ? reply : reply.fencing_token
-        acquired(key, started, wait: mode, limit: 1, fencing_token: token, contended: false)
+        acquired(key, started, mode, 1, token, false)
       end
     end
 

@@ -42,8 +42,7 @@ module LockManager
     # @return [Result] run? is false (and the block skipped) when the lock is taken
     def nonblocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, renew: renew?, max_hold: nil, on_redis_error: nil,
                          &block)
-      synchronize(key, timeout, limit, wait: false, fair: false, renew: renew, max_hold: max_hold,
-                                       on_redis_error: on_redis_error, &block) || Result.new(false)
+      synchronize(key, timeout, limit, false, false, renew, max_hold, on_redis_error, &block) || Result.new(false)
     end
 
     # Waits up to `timeout` seconds for the lock, then runs the block. The wait is woken by the
@@ -57,8 +56,8 @@ module LockManager
     # @raise [LockNotAcquired] when the lock stays taken for the whole wait
     def blocking_lock(key, timeout: DEFAULT_TIMEOUT, limit: 1, fair: fair?, renew: renew?, max_hold: nil,
                       on_redis_error: nil, wait: nil, &block)
-      synchronize(key, timeout, limit, wait: wait ? Arguments.seconds(wait, :wait) : true, fair: fair, renew: renew,
-                                       max_hold: max_hold, on_redis_error: on_redis_error, &block).result
+      wait = wait ? Arguments.seconds(wait, :wait) : true
+      synchronize(key, timeout, limit, wait, fair, renew, max_hold, on_redis_error, &block).result
     end
 
     # @return [Lock, nil] nil when someone else holds the lock
@@ -143,7 +142,7 @@ module LockManager
     end
 
     def renewal(renew, max_hold)
-      Arguments.renewal(renew, max_hold, default_max_hold: @settings[:max_hold])
+      Arguments.renewal(renew, max_hold, @settings[:max_hold])
     end
   end
 end

@@ -6,11 +6,12 @@ module LockManager
   class Result
     attr_reader :result, :fencing_token
 
+    # (Positional: one is made per lock cycle, and keyword arguments cost more.)
     # @param lock [Native::Lock, nil] the lock while its block runs, when it is renewed
-    def initialize(run, result = nil, lost: false, fencing_token: nil, lock: nil)
+    def initialize(run, fencing_token = nil, lock = nil)
       @run = run
-      @result = result
-      @lost = lost
+      @result = nil
+      @lost = false
       @fencing_token = fencing_token
       @lock = lock
     end
