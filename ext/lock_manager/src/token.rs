@@ -17,7 +17,6 @@
 //! taken by an older version) parses as `None`.
 
 use std::cell::Cell;
-use std::fmt::Write;
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -61,10 +60,27 @@ pub fn format_token(
     random: u64,
     limit: u32,
 ) -> String {
+    // Written field by field, not through `format!`: this runs for every lock taken, and the
+    // formatting machinery cost about 1,500 instructions of an uncontended cycle.
     let mut token = String::with_capacity(host.len() + 64);
-    let _ = write!(token, "{host}/{pid}/{thread}/{since_ms}/{random:016x}");
+    let mut digits = itoa::Buffer::new();
+    token.push_str(host);
+    for number in [u64::from(pid), thread, since_ms] {
+        token.push('/');
+        token.push_str(digits.format(number));
+    }
+    token.push('/');
+    for shift in (0..RANDOM_DIGITS).rev() {
+        let nibble = ((random >> (shift * 4)) & 0xf) as u8;
+        token.push(char::from(if nibble < 10 {
+            b'0' + nibble
+        } else {
+            b'a' + nibble - 10
+        }));
+    }
     if limit > 1 {
-        let _ = write!(token, "/{limit}");
+        token.push('/');
+        token.push_str(digits.format(limit));
     }
     token
 }
