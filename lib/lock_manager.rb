@@ -39,6 +39,8 @@ require_relative "lock_manager/lease_events"
 require_relative "lock_manager/claims"
 require_relative "lock_manager/block_calls"
 require_relative "lock_manager/locker"
+require_relative "lock_manager/limiter"
+require_relative "lock_manager/limits/concurrency_limiter"
 
 # Distributed locks on Redis, with a Rust core.
 module LockManager

@@ -21,6 +21,20 @@ module LockManager
     end
   end
 
+  # A Limiter did not admit the call: `retry_after` seconds from now it would have (nil for a
+  # concurrency limiter, which frees a place when a holder leaves).
+  class OverLimit < Error
+    attr_reader :limiter, :retry_after
+
+    # @param limiter [String] the limiter's name
+    def initialize(limiter = nil, retry_after = nil, rule = nil)
+      @limiter = limiter
+      @retry_after = retry_after
+      retry_in = retry_after ? "; retry after #{format("%.3f", retry_after)}s" : ""
+      super("limiter #{limiter.inspect} is over its limit (#{rule})#{retry_in}")
+    end
+  end
+
   # The calling thread already holds this plain lock through this Locker: waiting would wait for
   # itself. (A `limit: N` semaphore may be taken twice: each acquisition is a permit.)
   class AlreadyHeld < Error; end

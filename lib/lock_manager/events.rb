@@ -9,12 +9,12 @@ module LockManager
     end
   end
 
-  # What the gem instruments: acquire, release, renew, lost and conflict, each ".lock_manager".
+  # What the gem instruments: acquire, release, renew, lost, conflict and throttle, each ".lock_manager".
   # Subscribers of LockManager.subscribe get every event; with ActiveSupport loaded,
   # ActiveSupport::Notifications does too. With nobody listening to an event, `on?` is false for
   # it and the lock calls build no payload for it (see bench/events.rb).
   module Events
-    NAMES = %w[acquire release renew lost conflict].map { |name| "#{name}.lock_manager" }.freeze
+    NAMES = %w[acquire release renew lost conflict throttle].map { |name| "#{name}.lock_manager" }.freeze
 
     # A LockManager.subscribe block and the events it wants.
     Subscriber = Struct.new(:pattern, :block) do

@@ -9,6 +9,7 @@ module LockManager
     RENEW = "renew.lock_manager"
     LOST = "lost.lock_manager"
     CONFLICT = "conflict.lock_manager"
+    THROTTLE = "throttle.lock_manager"
 
     module_function
 
@@ -30,6 +31,12 @@ module LockManager
     # The lock was not acquired: taken (nonblocking), the wait ran out (blocking), or Redis could
     # not be reached (`error`, with on_redis_error :run or :skip).
     # @return [nil]
+    # A Limiter's decision (asked only when someone listens to THROTTLE).
+    def throttled(limiter, cost, limit)
+      Events.emit(THROTTLE, { limiter: limiter.name, rule: limiter.rule.to_s, cost: cost, admitted: limit.admitted?,
+                              remaining: limit.remaining, retry_after: limit.retry_after })
+    end
+
     def refused(key, started, wait:, limit:, error: nil)
       return unless started
 

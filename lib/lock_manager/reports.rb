@@ -33,6 +33,11 @@ module LockManager
       LockManager.logger&.warn("#{error.message}; #{going_on} (on_redis_error: :#{on_redis_error})")
     end
 
+    def limiter_unreachable(name, error, on_redis_error)
+      going_on = on_redis_error == :run ? "running without the limiter" : "treating it as over its limit"
+      LockManager.logger&.warn("#{error.message}; #{going_on} #{name.inspect} (on_redis_error: :#{on_redis_error})")
+    end
+
     # Redis may evict keys under memory pressure: a held lock could vanish and be granted twice.
     # (Sidekiq warns about the same.)
     def eviction_policy(redis_url, policy)

@@ -10,6 +10,7 @@ require_relative "testing/store"
 require_relative "testing/fake_lock"
 require_relative "testing/fake_locker"
 require_relative "testing/granting_locker"
+require_relative "testing/fake_limiter"
 require_relative "testing/recorder"
 
 module LockManager
@@ -40,6 +41,7 @@ module LockManager
     @store = Store.new(@fencing)
     @fake = FakeLocker.new(@store)
     @granting = GrantingLocker.new(@fencing)
+    @travelled = 0
 
     class << self
       # Every Locker uses the in-process locks from now on.
@@ -95,7 +97,22 @@ module LockManager
       # once, others when they release); threads that wait for a key go on waiting for it.
       def reset!
         @store.reset!
+        FakeLimiter.reset!
+        @travelled = 0
         nil
+      end
+
+      # Moves the clock of the fake limiters `seconds` ahead (their windows pass, their rates
+      # refill), as if that much time had gone by.
+      # @return [Float] seconds travelled in all since the last reset!
+      def travel(seconds)
+        @travelled += Arguments.seconds(seconds, :seconds)
+      end
+
+      # Microseconds on the fake limiters' clock: the real time, plus any travel.
+      # @api private
+      def now_us
+        Process.clock_gettime(Process::CLOCK_REALTIME, :microsecond) + (@travelled * 1_000_000).round
       end
 
       # A token as the extension writes it (`<host>/<pid>/<thread>/<since ms>/<random>`, and `/<limit>` for a

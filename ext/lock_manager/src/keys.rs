@@ -174,6 +174,14 @@ impl KeySpace {
         }
     }
 
+    /// The key of the limiter `name` of kind `kind` (`limits.rs`): internal, so that no lock key
+    /// reaches it, in the slot `key_prefix + name` would have, one key per limiter.
+    pub fn limiter(&self, kind: &[u8], name: &[u8]) -> Vec<u8> {
+        let full = self.lock(name);
+        let tag = slot_tag(hash_slot(&full));
+        [INTERNAL_PREFIX, &tag, b":limit:", kind, b":", &full].concat()
+    }
+
     /// The PSUBSCRIBE pattern that covers the channels of every lock of this prefix, with the
     /// prefix's glob characters escaped.
     pub fn channel_pattern(&self) -> Vec<u8> {
@@ -260,6 +268,7 @@ mod tests {
                 assert_eq!(hash_slot(internal), slot);
             }
             assert_eq!(KeySpace::fencing_counter(&all.lock), all.fencing);
+            assert_eq!(hash_slot(&space.limiter(b"window", key)), slot);
         }
     }
 
@@ -267,7 +276,13 @@ mod tests {
     fn internal_keys_are_out_of_reach_of_every_lock_key() {
         let space = KeySpace::new(b"lock:").unwrap();
         let internal = space.lock_keys(b"x");
-        for name in [&internal.queue, &internal.waiters, &internal.fencing] {
+        let limiter = space.limiter(b"gcra", b"x");
+        for name in [
+            &internal.queue,
+            &internal.waiters,
+            &internal.fencing,
+            &limiter,
+        ] {
             assert!(name.starts_with(INTERNAL_PREFIX) && !name.starts_with(b"lock:"));
         }
         assert!(KeySpace::new(b"").is_err());

@@ -9,6 +9,7 @@ mod gvl;
 mod held;
 mod keys;
 mod lease_events;
+mod limits;
 mod lock;
 mod lock_core;
 mod per_process;
@@ -44,6 +45,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     ruby::errors::init(lock_manager)?;
     ruby::locker::init(ruby, native)?;
     ruby::lock::init(ruby, native)?;
+    ruby::limiter::init(ruby, native)?;
     ruby::claims::init(native)?;
     ruby::lease_events::init(native)?;
     ruby::admin::init(ruby, native)?;

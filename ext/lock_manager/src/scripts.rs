@@ -181,6 +181,12 @@ const PUBLISH: &str = include_str!("lua/shared/publish.lua");
 /// The semaphore helpers, after the queue's.
 const SEMAPHORE: &str = include_str!("lua/shared/semaphore.lua");
 
+/// What the limiters' scripts call.
+const LIMITING: &str = concat!(
+    include_str!("lua/shared/int.lua"),
+    include_str!("lua/shared/time.lua"),
+);
+
 /// What the uncontended acquire found.
 pub enum Acquired {
     /// The token holds the lock, with this fencing token.
@@ -272,12 +278,15 @@ script!(RELEASE_SHARED, [QUEUE, SEMAPHORE], "release_shared.lua");
 script!(LEAVE_SHARED, [QUEUE, SEMAPHORE], "leave_shared.lua");
 script!(REFRESH_SHARED, [QUEUE, SEMAPHORE], "refresh_shared.lua");
 script!(FORCE_RELEASE, [PUBLISH], "force_release.lua");
+script!(LIMIT_GCRA, [LIMITING], "limit_gcra.lua");
+script!(LIMIT_WINDOW, [LIMITING], "limit_window.lua");
+script!(LIMIT_SLIDING, [LIMITING], "limit_sliding.lua");
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn all() -> [&'static LuaScript; 14] {
+    fn all() -> [&'static LuaScript; 17] {
         [
             &ACQUIRE,
             &CLAIM,
@@ -293,6 +302,9 @@ mod tests {
             &LEAVE_SHARED,
             &REFRESH_SHARED,
             &FORCE_RELEASE,
+            &LIMIT_GCRA,
+            &LIMIT_WINDOW,
+            &LIMIT_SLIDING,
         ]
     }
 
@@ -375,6 +387,6 @@ mod tests {
         let mut hashes: Vec<&str> = all().iter().map(|s| s.sha1.as_str()).collect();
         hashes.sort();
         hashes.dedup();
-        assert_eq!(hashes.len(), 14);
+        assert_eq!(hashes.len(), all().len());
     }
 }

@@ -36,6 +36,10 @@ module LockManager
         @store.locked?(key)
       end
 
+      def limiter(name, kind, count, per, burst)
+        FakeLimiter.new(name, kind, count, per, burst)
+      end
+
       # @return [Array<Integer, String>] per key: the fencing token when claimed, else the holder's token
       def claim(keys, tokens, ttls_ms)
         unless keys.size == tokens.size && keys.size == ttls_ms.size

@@ -32,6 +32,17 @@ module LockManager
       end
     end
 
+    # A limiter under `LockManager::Testing.disable!`: admits every call.
+    GrantingLimiter = Struct.new(:amount) do
+      def decide(_cost, _wait)
+        [true, amount, 0.0, 0.0]
+      end
+
+      def reset
+        false
+      end
+    end
+
     # The backend of every Locker under `LockManager::Testing.disable!`: every lock and claim is
     # granted at once, with a fencing token that grows as the real ones do; nothing is ever held.
     class GrantingLocker
@@ -52,6 +63,10 @@ module LockManager
 
       def locked?(_key)
         false
+      end
+
+      def limiter(_name, _kind, amount, _per, _burst)
+        GrantingLimiter.new(amount)
       end
 
       def claim(keys, tokens, ttls_ms)

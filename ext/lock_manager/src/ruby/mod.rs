@@ -7,5 +7,6 @@ pub mod call;
 pub mod claims;
 pub mod errors;
 pub mod lease_events;
+pub mod limiter;
 pub mod lock;
 pub mod locker;

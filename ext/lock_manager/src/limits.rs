@@ -1,0 +1,195 @@
+//! Rate limits: one decision is one script run against Redis's clock (`lua/limit_*.lua`), and
+//! what its reply means. How it reaches Redis is `transport.rs`'s, as for locks. A decision is
+//! never undone: a reply cut short (an interrupt, a timeout) may leave its units consumed, which
+//! admits less, never more; a connection found dead before any reply sends it again, likewise.
+//! (The concurrency limit is the lock's own semaphore: `limit:` of a lock call.)
+
+use std::time::{Duration, Instant};
+
+use redis::FromRedisValue;
+
+use crate::error::LockError;
+use crate::gvl::Interrupt;
+use crate::lock_core::LockCore;
+use crate::scripts::{LuaScript, LIMIT_GCRA, LIMIT_SLIDING, LIMIT_WINDOW};
+
+/// How a limiter counts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LimitKind {
+    /// A smooth rate (GCRA): `count` per `period`, `burst` at once from idle.
+    Gcra,
+    /// At most `count` per window of `period`, the windows aligned to Redis's clock.
+    Window,
+    /// At most `count` in any `period` ending now, exactly.
+    Sliding,
+}
+
+impl LimitKind {
+    /// As Ruby names it, and as the limiter's key carries it.
+    pub fn parse(name: &str) -> Option<LimitKind> {
+        match name {
+            "gcra" => Some(LimitKind::Gcra),
+            "window" => Some(LimitKind::Window),
+            "sliding" => Some(LimitKind::Sliding),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static [u8] {
+        match self {
+            LimitKind::Gcra => b"gcra",
+            LimitKind::Window => b"window",
+            LimitKind::Sliding => b"sliding",
+        }
+    }
+}
+
+/// A limiter's rule, checked by the Ruby layer (positive numbers; `burst` at least 1).
+#[derive(Clone, Copy, Debug)]
+pub struct LimitRule {
+    pub kind: LimitKind,
+    pub count: f64,
+    pub period: Duration,
+    pub burst: u64,
+}
+
+/// One limiter: its key and the script arguments its rule makes, computed once.
+pub struct Limiter {
+    key: Vec<u8>,
+    script: &'static LuaScript,
+    /// ARGV but for the cost.
+    rule_args: [String; 2],
+}
+
+/// What one decision said.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Decision {
+    pub admitted: bool,
+    /// Units that could be admitted right now (after this decision).
+    pub remaining: u64,
+    /// Until this call would be admitted: zero when it was.
+    pub retry_after: Duration,
+    /// Until the limiter is idle again (full capacity).
+    pub reset_after: Duration,
+}
+
+impl LockCore {
+    /// The limiter `name` (under this core's key prefix) with `rule`.
+    pub fn limiter(&self, name: &[u8], rule: LimitRule) -> Limiter {
+        let period_us = rule.period.as_micros();
+        let (script, first) = match rule.kind {
+            LimitKind::Gcra => (&*LIMIT_GCRA, format!("{}", period_us as f64 / rule.count)),
+            LimitKind::Window => (&*LIMIT_WINDOW, period_us.to_string()),
+            LimitKind::Sliding => (&*LIMIT_SLIDING, period_us.to_string()),
+        };
+        let second = match rule.kind {
+            LimitKind::Gcra => rule.burst.to_string(),
+            _ => format!("{}", rule.count),
+        };
+        Limiter {
+            key: self.keys().limiter(rule.kind.name(), name),
+            script,
+            rule_args: [first, second],
+        }
+    }
+
+    /// One decision for `cost` units, one round trip.
+    pub fn decide(
+        &self,
+        limiter: &Limiter,
+        cost: u32,
+        interrupt: &Interrupt,
+    ) -> Result<Decision, LockError> {
+        let cost = cost.to_string();
+        let args: [&[u8]; 3] = [
+            limiter.rule_args[0].as_bytes(),
+            limiter.rule_args[1].as_bytes(),
+            cost.as_bytes(),
+        ];
+        let reply = self
+            .pool()
+            .round_trip(&limiter.key, interrupt, None, |conn, _| {
+                limiter
+                    .script
+                    .run::<redis::Value>(conn, &[&limiter.key], &args)
+            })?;
+        decision_from(reply)
+    }
+
+    /// Decides, and while refused waits out `retry_after` as long as that ends before `deadline`
+    /// (Ruby may interrupt the wait): the last decision. Waiters do not queue: after a wait,
+    /// another caller may take the units first, and this one waits again.
+    pub fn decide_until(
+        &self,
+        limiter: &Limiter,
+        cost: u32,
+        deadline: Instant,
+        interrupt: &Interrupt,
+    ) -> Result<Decision, LockError> {
+        loop {
+            let decision = self.decide(limiter, cost, interrupt)?;
+            let retry_at = Instant::now() + decision.retry_after;
+            if decision.admitted || retry_at > deadline {
+                return Ok(decision);
+            }
+            interrupt.sleep_until(retry_at)?;
+        }
+    }
+
+    /// Forgets what the limiter has counted; whether it had counted anything.
+    pub fn reset_limiter(
+        &self,
+        limiter: &Limiter,
+        interrupt: &Interrupt,
+    ) -> Result<bool, LockError> {
+        self.pool()
+            .round_trip(&limiter.key, interrupt, None, |conn, _| {
+                redis::cmd("DEL")
+                    .arg(&limiter.key)
+                    .query::<i64>(conn)
+                    .map(|n| n == 1)
+            })
+    }
+}
+
+/// `{admitted, remaining, retry after µs, reset after µs}`, as every `limit_*.lua` returns it.
+fn decision_from(reply: redis::Value) -> Result<Decision, LockError> {
+    let numbers = Vec::<i64>::from_redis_value(reply)
+        .ok()
+        .filter(|numbers| numbers.len() == 4)
+        .ok_or_else(|| LockError::Internal("a limiter's script replied out of shape".into()))?;
+    let micros = |n: i64| Duration::from_micros(n.max(0).unsigned_abs());
+    Ok(Decision {
+        admitted: numbers[0] == 1,
+        remaining: numbers[1].max(0).unsigned_abs(),
+        retry_after: micros(numbers[2]),
+        reset_after: micros(numbers[3]),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::Value;
+
+    #[test]
+    fn a_reply_reads_as_a_decision() {
+        let reply = Value::Array(vec![
+            Value::Int(0),
+            Value::Int(2),
+            Value::Int(1_500),
+            Value::Int(-3),
+        ]);
+        let decision = decision_from(reply).unwrap();
+        assert_eq!(
+            decision,
+            Decision {
+                admitted: false,
+                remaining: 2,
+                retry_after: Duration::from_micros(1_500),
+                reset_after: Duration::ZERO,
+            }
+        );
+        assert!(decision_from(Value::Array(vec![Value::Int(1)])).is_err());
+    }
+}

@@ -1,0 +1,29 @@
+-- One decision of a smooth rate limit (GCRA, the generic cell rate algorithm): each unit admitted
+-- moves the limiter's theoretical arrival time (TAT) one emission interval further; a call is
+-- admitted while the TAT it would leave is at most `burst` intervals past now. So from idle
+-- `burst` units go at once, then one per interval, and any span of time T admits at most
+-- burst + T / interval. Only the TAT is stored, and the key expires when it is reached: an idle
+-- limiter keeps nothing. Redis's clock, never the client's.
+-- KEYS: the limiter. ARGV: the emission interval (µs, a decimal: per / rate), the burst, the cost.
+-- Returns {admitted (1 or 0), remaining, retry after (µs), reset after (µs)}: remaining, the
+-- units that could go now; retry after, until this call would be admitted (0 when it was);
+-- reset after, until the limiter is idle again.
+local limiter = KEYS[1]
+local interval, burst, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+
+local now = now_us()
+local tat = math.max(tonumber(redis.call('GET', limiter)) or now, now)
+local capacity = burst * interval -- how far past now the TAT may go
+-- A small tolerance against the decimals of `interval`: 5 of 5 must not come out as 4.999.
+local function units(span)
+  return math.max(math.floor(span / interval + 1e-9), 0)
+end
+
+local after = tat + cost * interval
+if after - now > capacity + 1e-6 then
+  return {0, units(capacity - (tat - now)), math.ceil(after - now - capacity), math.ceil(tat - now)}
+end
+-- Stored rounded up: a TAT a fraction late admits less, never more.
+after = math.ceil(after)
+redis.call('SET', limiter, int(after), 'PX', math.ceil((after - now) / 1000))
+return {1, units(capacity - (after - now)), 0, after - now}

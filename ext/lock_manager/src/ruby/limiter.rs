@@ -1,0 +1,112 @@
+//! `LockManager::Native::Limiter`: the limiter a Ruby `LockManager::Limiter` holds, on the core of
+//! a Locker (its pool and key prefix). Its rule arrives checked by the Ruby layer
+//! (`lib/lock_manager/limiter.rb`) and is turned into script arguments once, here; each decision
+//! runs without the GVL, and so does its wait.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use magnus::{method, prelude::*, Error, RClass, RModule, RString, Ruby};
+
+use crate::limits::{LimitKind, LimitRule, Limiter};
+use crate::lock_core::LockCore;
+use crate::request::wait_from_seconds;
+use crate::ruby::call::{blocking, copy_bytes};
+use crate::ruby::errors;
+use crate::ruby::locker::NativeLocker;
+
+#[magnus::wrap(class = "LockManager::Native::Limiter", free_immediately, size)]
+pub struct NativeLimiter {
+    core: Arc<LockCore>,
+    limiter: Limiter,
+    name: Vec<u8>,
+}
+
+/// `Native::Locker#limiter` makes one (after `locker::init`).
+pub fn init(ruby: &Ruby, native: RModule) -> Result<(), Error> {
+    let locker = native.const_get::<_, RClass>("Locker")?;
+    locker.define_method("limiter", method!(NativeLimiter::new, 5))?;
+    let class = native.define_class("Limiter", ruby.class_object())?;
+    class.undef_default_alloc_func();
+    class.define_method("decide", method!(NativeLimiter::decide, 2))?;
+    class.define_method("reset", method!(NativeLimiter::reset, 0))?;
+    Ok(())
+}
+
+/// A decision as Ruby receives it: `[admitted, remaining, retry_after, reset_after]`, seconds.
+type RubyDecision = (bool, u64, f64, f64);
+
+impl NativeLimiter {
+    /// `kind`: "gcra", "window" or "sliding"; `count`: the rate or the limit, per `per` seconds;
+    /// `burst`: GCRA's (1 for the others).
+    fn new(
+        ruby: &Ruby,
+        locker: &NativeLocker,
+        name: RString,
+        kind: String,
+        count: f64,
+        per: f64,
+        burst: u64,
+    ) -> Result<NativeLimiter, Error> {
+        let kind = LimitKind::parse(&kind).ok_or_else(|| {
+            Error::new(
+                ruby.exception_arg_error(),
+                format!("unknown limiter kind {kind:?}"),
+            )
+        })?;
+        let period = Duration::try_from_secs_f64(per)
+            .map_err(|e| Error::new(ruby.exception_arg_error(), format!("per: {e}")))?;
+        let rule = LimitRule {
+            kind,
+            count,
+            period,
+            burst,
+        };
+        let name = copy_bytes(name);
+        let core = Arc::clone(locker.core());
+        Ok(NativeLimiter {
+            limiter: core.limiter(&name, rule),
+            core,
+            name,
+        })
+    }
+
+    /// One decision for `cost` units; with `wait` (seconds), waits while refused as long as the
+    /// wait ends by then.
+    fn decide(
+        ruby: &Ruby,
+        rb_self: &Self,
+        cost: u32,
+        wait: Option<f64>,
+    ) -> Result<RubyDecision, Error> {
+        let deadline = wait.map(|seconds| Instant::now() + wait_from_seconds(seconds));
+        let decision = blocking(ruby, rb_self.to_ruby(ruby), |interrupt| match deadline {
+            None => rb_self.core.decide(&rb_self.limiter, cost, interrupt),
+            Some(deadline) => {
+                rb_self
+                    .core
+                    .decide_until(&rb_self.limiter, cost, deadline, interrupt)
+            }
+        })?;
+        Ok((
+            decision.admitted,
+            decision.remaining,
+            decision.retry_after.as_secs_f64(),
+            decision.reset_after.as_secs_f64(),
+        ))
+    }
+
+    /// Forgets what the limiter counted; whether it had counted anything.
+    fn reset(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
+        blocking(ruby, rb_self.to_ruby(ruby), |interrupt| {
+            rb_self.core.reset_limiter(&rb_self.limiter, interrupt)
+        })
+    }
+
+    fn to_ruby<'a>(&'a self, ruby: &'a Ruby) -> impl FnOnce(crate::error::LockError) -> Error + 'a {
+        move |error| {
+            let subject = format_args!("limiter {}", errors::quote_key(&self.name));
+            errors::for_subject(ruby, error, &subject)
+        }
+    }
+}

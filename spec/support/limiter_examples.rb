@@ -1,0 +1,108 @@
+# frozen_string_literal: true
+
+# What a limiter decides, whichever backend serves it: Redis (spec/lock_manager/limiter_spec.rb) or the
+# testing mode's in-process fake (spec/testing/fake_limiter_spec.rb), which must decide the same. The
+# including group gives `limiter_name`, a name no other example uses. Rates and windows are long enough
+# that a loaded machine's pauses between two calls cannot change a decision.
+RSpec.shared_examples "a limiter backend" do
+  it "admits a GCRA limiter's burst at once, then refuses with the exact wait until the next unit" do
+    api = LockManager::Limiter.new(limiter_name, rate: 1, per: 2, burst: 3)
+    limits = Array.new(4) { api.try_acquire }
+
+    expect(limits.map(&:admitted?)).to eq([true, true, true, false])
+    expect(limits.map(&:remaining)).to eq([2, 1, 0, 0])
+    expect(limits.first(3).map(&:retry_after)).to all(eq(0))
+    # One unit every 2 s: the fourth fits once the first one's interval has passed.
+    expect(limits.last.retry_after).to be_between(1.0, 2.0)
+    expect(limits.last.reset_after).to be_between(5.0, 6.0)
+  end
+
+  it "counts a call's cost as that many units, and refuses a cost above the burst before asking" do
+    api = LockManager::Limiter.new(limiter_name, rate: 1, per: 10, burst: 5)
+
+    expect(api.try_acquire(cost: 4)).to have_attributes(admitted?: true, remaining: 1)
+    expect(api.try_acquire(cost: 2)).to have_attributes(admitted?: false, remaining: 1)
+    expect(api.try_acquire(cost: 2).retry_after).to be_between(9.0, 10.0)
+    expect(api.try_acquire).to have_attributes(admitted?: true, remaining: 0)
+    expect { api.try_acquire(cost: 6) }.to raise_error(ArgumentError, /cost 6 is more than burst \(5\)/)
+  end
+
+  it "lets a GCRA call wait out its retry_after" do
+    api = LockManager::Limiter.new(limiter_name, rate: 4, per: 1, burst: 1)
+    api.try_acquire
+
+    took = elapsed { expect(api.try_acquire(wait: 2)).to be_admitted }
+    expect(took).to be_between(0.1, 1.5)
+  end
+
+  it "admits a fixed window's limit, then refuses until the window ends" do
+    exports = LockManager::Limiter.window(limiter_name, 3, per: 3600)
+    limits = Array.new(4) { exports.try_acquire }
+
+    expect(limits.map(&:admitted?)).to eq([true, true, true, false])
+    expect(limits.map(&:remaining)).to eq([2, 1, 0, 0])
+    window_left = 3600 - (Time.now.to_f % 3600)
+    expect(limits.last.retry_after).to be_within(1).of(window_left)
+    expect(limits.last.reset_after).to eq(limits.last.retry_after)
+  end
+
+  it "admits an exact sliding window's limit in any window, and says when the oldest unit leaves" do
+    logins = LockManager::Limiter.sliding_window(limiter_name, 3, per: 60)
+    limits = Array.new(2) { logins.try_acquire } + [logins.try_acquire(cost: 2), logins.try_acquire]
+
+    expect(limits.map(&:admitted?)).to eq([true, true, false, true])
+    expect(limits.map(&:remaining)).to eq([2, 1, 1, 0])
+    expect(limits[2].retry_after).to be_between(55.0, 60.0)
+    expect(logins.try_acquire).to have_attributes(admitted?: false, remaining: 0)
+  end
+
+  it "lets a sliding-window call wait until enough units have left the window" do
+    logins = LockManager::Limiter.sliding_window(limiter_name, 2, per: 1)
+    2.times { logins.try_acquire }
+
+    took = elapsed { expect(logins.try_acquire(wait: 3)).to be_admitted }
+    expect(took).to be_between(0.5, 2.5)
+  end
+
+  it "refuses at once when the wait would end after the deadline" do
+    exports = LockManager::Limiter.window(limiter_name, 1, per: 3600)
+    exports.try_acquire
+
+    took = elapsed { expect(exports.try_acquire(wait: 0.5)).not_to be_admitted }
+    expect(took).to be < 0.4
+  end
+
+  it "shares a limiter between objects of the same name and kind, not between kinds" do
+    one = LockManager::Limiter.window(limiter_name, 2, per: 3600)
+    two = LockManager::Limiter.window(limiter_name, 2, per: 3600)
+    other_kind = LockManager::Limiter.sliding_window(limiter_name, 2, per: 3600)
+    one.try_acquire
+    two.try_acquire
+
+    expect(one.try_acquire).not_to be_admitted
+    expect(other_kind.try_acquire).to be_admitted
+  end
+
+  it "runs within_limit's block when admitted and raises OverLimit naming the limiter when not" do
+    api = LockManager::Limiter.new(limiter_name, rate: 1, per: 60)
+
+    expect(api.within_limit { |limit| [:ran, limit.remaining] }).to eq([:ran, 0])
+    ran = false
+    expect { api.within_limit { ran = true } }.to raise_error(LockManager::OverLimit) { |error|
+      expect(error.limiter).to eq(limiter_name)
+      expect(error.retry_after).to be_between(50.0, 60.0)
+      expect(error.message).to match(/limiter "#{limiter_name}" is over its limit \(1 per 60s, burst 1\); retry after/)
+    }
+    expect(ran).to be(false)
+  end
+
+  it "forgets what it counted on reset" do
+    exports = LockManager::Limiter.window(limiter_name, 1, per: 3600)
+    exports.try_acquire
+
+    expect(exports.reset).to be(true)
+    expect(exports.try_acquire).to be_admitted
+    exports.reset
+    expect(exports.reset).to be(false)
+  end
+end
