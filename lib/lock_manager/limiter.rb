@@ -5,8 +5,8 @@ require_relative "limits/rule"
 module LockManager
   # What one decision of a Limiter said: admitted or not, the units that could go right now, and
   # in seconds how long until this call would be admitted (0 when it was) and until the limiter
-  # is back to full.
-  Limit = Struct.new(:admitted, :remaining, :retry_after, :reset_after) do
+  # is back to full. (`receipt`: what Limiter#give_back needs.)
+  Limit = Struct.new(:admitted, :remaining, :retry_after, :reset_after, :receipt) do
     def admitted?
       admitted
     end
@@ -84,6 +84,14 @@ module LockManager
       raise OverLimit.new(name, limit.retry_after, rule) unless limit.admitted?
 
       yield limit
+    end
+
+    # Gives back the units an admitted decision took (`cost` as asked): for a call that will not
+    # happen after all, such as a job another of its rules refused. A decision not admitted took
+    # nothing.
+    def give_back(limit, cost: 1)
+      native.give_back(rule.check_cost(cost), limit.receipt) if limit.admitted?
+      nil
     end
 
     # Forgets what the limiter has counted.

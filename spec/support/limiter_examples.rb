@@ -96,6 +96,25 @@ RSpec.shared_examples "a limiter backend" do
     expect(ran).to be(false)
   end
 
+  it "takes back what an admitted decision took on give_back, for every kind" do
+    limiters = [LockManager::Limiter.new(limiter_name, rate: 1, per: 3600, burst: 2),
+                LockManager::Limiter.window(limiter_name, 2, per: 3600),
+                LockManager::Limiter.sliding_window(limiter_name, 2, per: 3600)]
+    limiters.each do |limiter|
+      first = limiter.try_acquire
+      second = limiter.try_acquire
+      refused = limiter.try_acquire
+      limiter.give_back(refused) # took nothing: gives nothing
+
+      expect(limiter.try_acquire).not_to be_admitted
+      limiter.give_back(second)
+      expect(limiter.try_acquire).to have_attributes(admitted?: true, remaining: 0)
+      limiter.give_back(first)
+      expect(limiter.try_acquire).to have_attributes(admitted?: true, remaining: 0)
+      expect(limiter.try_acquire).not_to be_admitted
+    end
+  end
+
   it "forgets what it counted on reset" do
     exports = LockManager::Limiter.window(limiter_name, 1, per: 3600)
     exports.try_acquire

@@ -71,6 +71,8 @@ pub struct Decision {
     pub retry_after: Duration,
     /// Until the limiter is idle again (full capacity).
     pub reset_after: Duration,
+    /// What `give_back` needs to return the units an admitted decision took.
+    pub receipt: [i64; 2],
 }
 
 impl LockCore {
@@ -136,6 +138,37 @@ impl LockCore {
         }
     }
 
+    /// Gives back the `cost` units an admitted decision took (its `receipt`): for a job that a
+    /// later rule of its own refused, so that a refused job consumes nothing.
+    pub fn give_back(
+        &self,
+        limiter: &Limiter,
+        cost: u32,
+        receipt: [i64; 2],
+        interrupt: &Interrupt,
+    ) -> Result<(), LockError> {
+        let (cost, first, second) = (
+            cost.to_string(),
+            receipt[0].to_string(),
+            receipt[1].to_string(),
+        );
+        let args: [&[u8]; 6] = [
+            limiter.rule_args[0].as_bytes(),
+            limiter.rule_args[1].as_bytes(),
+            cost.as_bytes(),
+            b"give",
+            first.as_bytes(),
+            second.as_bytes(),
+        ];
+        self.pool()
+            .round_trip(&limiter.key, interrupt, None, |conn, _| {
+                limiter
+                    .script
+                    .run::<redis::Value>(conn, &[&limiter.key], &args)
+            })
+            .map(|_| ())
+    }
+
     /// Forgets what the limiter has counted; whether it had counted anything.
     pub fn reset_limiter(
         &self,
@@ -152,11 +185,12 @@ impl LockCore {
     }
 }
 
-/// `{admitted, remaining, retry after µs, reset after µs}`, as every `limit_*.lua` returns it.
+/// `{admitted, remaining, retry after µs, reset after µs, receipt, receipt}`, as every
+/// `limit_*.lua` returns it.
 fn decision_from(reply: redis::Value) -> Result<Decision, LockError> {
     let numbers = Vec::<i64>::from_redis_value(reply)
         .ok()
-        .filter(|numbers| numbers.len() == 4)
+        .filter(|numbers| numbers.len() == 6)
         .ok_or_else(|| LockError::Internal("a limiter's script replied out of shape".into()))?;
     let micros = |n: i64| Duration::from_micros(n.max(0).unsigned_abs());
     Ok(Decision {
@@ -164,6 +198,7 @@ fn decision_from(reply: redis::Value) -> Result<Decision, LockError> {
         remaining: numbers[1].max(0).unsigned_abs(),
         retry_after: micros(numbers[2]),
         reset_after: micros(numbers[3]),
+        receipt: [numbers[4], numbers[5]],
     })
 }
 
@@ -179,6 +214,8 @@ mod tests {
             Value::Int(2),
             Value::Int(1_500),
             Value::Int(-3),
+            Value::Int(7),
+            Value::Int(8),
         ]);
         let decision = decision_from(reply).unwrap();
         assert_eq!(
@@ -188,6 +225,7 @@ mod tests {
                 remaining: 2,
                 retry_after: Duration::from_micros(1_500),
                 reset_after: Duration::ZERO,
+                receipt: [7, 8],
             }
         );
         assert!(decision_from(Value::Array(vec![Value::Int(1)])).is_err());

@@ -35,8 +35,10 @@ module LockManager
     # A limiter under `LockManager::Testing.disable!`: admits every call.
     GrantingLimiter = Struct.new(:amount) do
       def decide(_cost, _wait)
-        [true, amount, 0.0, 0.0]
+        [true, amount, 0.0, 0.0, [0, 0]]
       end
+
+      def give_back(_cost, _receipt); end
 
       def reset
         false

@@ -29,12 +29,14 @@ pub fn init(ruby: &Ruby, native: RModule) -> Result<(), Error> {
     let class = native.define_class("Limiter", ruby.class_object())?;
     class.undef_default_alloc_func();
     class.define_method("decide", method!(NativeLimiter::decide, 2))?;
+    class.define_method("give_back", method!(NativeLimiter::give_back, 2))?;
     class.define_method("reset", method!(NativeLimiter::reset, 0))?;
     Ok(())
 }
 
-/// A decision as Ruby receives it: `[admitted, remaining, retry_after, reset_after]`, seconds.
-type RubyDecision = (bool, u64, f64, f64);
+/// A decision as Ruby receives it: `[admitted, remaining, retry_after, reset_after, receipt]`,
+/// seconds; the receipt is what `give_back` takes.
+type RubyDecision = (bool, u64, f64, f64, (i64, i64));
 
 impl NativeLimiter {
     /// `kind`: "gcra", "window" or "sliding"; `count`: the rate or the limit, per `per` seconds;
@@ -93,7 +95,18 @@ impl NativeLimiter {
             decision.remaining,
             decision.retry_after.as_secs_f64(),
             decision.reset_after.as_secs_f64(),
+            (decision.receipt[0], decision.receipt[1]),
         ))
+    }
+
+    /// Gives back the `cost` units of an admitted decision, by its receipt.
+    fn give_back(ruby: &Ruby, rb_self: &Self, cost: u32, receipt: (i64, i64)) -> Result<(), Error> {
+        blocking(ruby, rb_self.to_ruby(ruby), |interrupt| {
+            let receipt = [receipt.0, receipt.1];
+            rb_self
+                .core
+                .give_back(&rb_self.limiter, cost, receipt, interrupt)
+        })
     }
 
     /// Forgets what the limiter counted; whether it had counted anything.
