@@ -134,12 +134,32 @@ module LockManager
     end
 
     def lock_manager_perform(&block)
+      throttles = self.class.lock_manager_throttles
+      return lock_manager_locked(&block) if throttles.empty?
+
+      refusal = JobThrottle.run(throttles, self.class.name, arguments) { lock_manager_locked(&block) }
+      lock_manager_throttled(refusal) if refusal
+    end
+
+    # @return [Boolean] whether the job ran (false: its lock was held)
+    def lock_manager_locked(&block)
       lock = lock_manager_lock
-      return yield unless lock
+      return yield || true unless lock
 
       # The adapter (or retry_on) may try again: a unique job's lock outlives the failure by unique_for.
       ran = lock.run(retry_in: ->(_error) { 0 }, &block)
       lock_manager_conflict(lock) unless ran
+      ran
+    end
+
+    # A rule refused the job: enqueued again (same job_id, so a unique job's lock goes with it) for
+    # when the rule would admit it, or OverLimit for the app's retry_on.
+    def lock_manager_throttled(refusal)
+      raise OverLimit.new(refusal.name, refusal.retry_after) if refusal.throttle.on_limit == :raise
+
+      delay = JobThrottle.delay(refusal)
+      retry_job(wait: delay)
+      logger&.info("lock_manager: #{JobThrottle.log_line(self.class.name, "job_id=#{job_id}", refusal, delay)}")
     end
 
     def lock_manager_conflict(lock)

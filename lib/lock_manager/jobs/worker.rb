@@ -2,6 +2,7 @@
 
 require_relative "../../lock_manager"
 require_relative "options"
+require_relative "throttle"
 
 module LockManager
   # Locks a job, in Sidekiq (6.4, 7.x, 8.x) or in ActiveJob (any adapter):
@@ -41,6 +42,23 @@ module LockManager
 
         sidekiq_options("lock_manager" => checked.to_h)
         LockManager::Sidekiq.install # reaches Sidekiq 7 capsules that started before this class loaded
+      end
+
+      # Adds a rate or concurrency rule the job must pass when it starts (see JobThrottle): several
+      # rules make all-or-none; a refused job runs again when the rule would admit it.
+      # @param options [Hash] key:, on_limit:, and rate:/window:/sliding_window: with per: and
+      #   burst:, or concurrency: with timeout: and reschedule_in:
+      # @raise [ArgumentError] at class load, naming the bad option
+      def throttle_with(**options)
+        @lock_manager_throttles = (lock_manager_throttles + [JobThrottle.new(**options)]).freeze
+        LockManager::Sidekiq.install unless respond_to?(:lock_manager_callbacks?)
+      end
+
+      # The rules of throttle_with, the superclass's first.
+      def lock_manager_throttles
+        return @lock_manager_throttles if defined?(@lock_manager_throttles)
+
+        superclass.respond_to?(:lock_manager_throttles) ? superclass.lock_manager_throttles : [].freeze
       end
 
       # The options of lock_with (JSON-safe), or the superclass's.

@@ -5,7 +5,7 @@ module LockManager
   # call, with its hand-off to waiters), renewed while each block runs, so a holder that dies
   # frees its place within `timeout` and a long block keeps it. Made by Limiter.concurrent.
   class ConcurrencyLimiter
-    attr_reader :name, :limit
+    attr_reader :name, :limit, :timeout
 
     def initialize(name, limit, timeout:, locker: nil)
       @name = Arguments.key(name, :name).dup.freeze

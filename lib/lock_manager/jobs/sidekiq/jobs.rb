@@ -18,6 +18,14 @@ module LockManager
         build(job, klass, options)
       end
 
+      # The throttle_with rules of the running job's class ([] for none, and for an ActiveJob class
+      # that includes LockManager::Worker: its callbacks apply them).
+      def throttles(klass)
+        return [] if callbacks?(klass) || !klass.respond_to?(:lock_manager_throttles)
+
+        klass.lock_manager_throttles
+      end
+
       # The lock a job being pushed claims: nil unless its mode is unique. An ActiveJob class
       # that includes LockManager::Worker is claimed by its callbacks, but a push they did not
       # make (Rails 7.1's perform_all_later) is claimed here.

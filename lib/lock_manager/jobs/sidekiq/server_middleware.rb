@@ -2,28 +2,50 @@
 
 module LockManager
   module Sidekiq
-    # Runs jobs under their lock; passes every other job through untouched, at no Redis cost.
-    # Holds no state between jobs (Sidekiq 6.4 builds one per job).
+    # Runs jobs under their throttles and their lock; passes every other job through untouched, at
+    # no Redis cost. Holds no state between jobs (Sidekiq 6.4 builds one per job).
     class ServerMiddleware
       include ::Sidekiq::ServerMiddleware if defined?(::Sidekiq::ServerMiddleware)
 
       # @return what the rest of the chain returned, as every middleware does (perform_inline takes a
       #   falsy value for a job that did not run); nil when the job's lock was held
-      def call(job_instance, job, _queue)
+      def call(job_instance, job, _queue, &block)
+        throttles = Jobs.throttles(job_instance.class)
+        return locked(job_instance, job, &block).last if throttles.empty?
+
+        value = nil
+        refusal = JobThrottle.run(throttles, Jobs.class_name(job), job["args"]) do
+          ran, value = locked(job_instance, job, &block)
+          ran
+        end
+        refusal ? throttled(job_instance, job, refusal) : value
+      end
+
+      private
+
+      # @return [Array(Boolean, Object)] whether the job ran (false: its lock was held), and its value
+      def locked(job_instance, job)
         lock = Jobs.job_lock(job, job_instance.class)
-        return yield unless lock
+        return [true, yield] unless lock
 
         value = nil
         ran = lock.run(retry_in: ->(error) { Retries.seconds_to_next_try(job_instance.class, job, error) }) do
           value = yield
         end
-        return value if ran
-
-        conflict(job_instance, job, lock)
-        nil
+        conflict(job_instance, job, lock) unless ran
+        [ran, value]
       end
 
-      private
+      # A rule refused the job: it runs again when the rule would admit it (keeping its jid, so a
+      # unique job's lock, held by its jid, goes with it), or OverLimit for Sidekiq's retries.
+      def throttled(job_instance, job, refusal)
+        raise OverLimit.new(refusal.name, refusal.retry_after) if refusal.throttle.on_limit == :raise
+
+        delay = JobThrottle.delay(refusal)
+        ::Sidekiq::Client.push(copy_of(job_instance, job, at: Time.now.to_f + delay, keep_jid: true))
+        Jobs.log(JobThrottle.log_line(Jobs.class_name(job), "jid=#{job["jid"]}", refusal, delay))
+        nil
+      end
 
       def conflict(job_instance, job, lock)
         by = lock.holder ? " by jid=#{lock.holder}" : ""
@@ -43,9 +65,11 @@ module LockManager
 
       # The job pushed again for later. An iterable job (Sidekiq 7.3+) keeps its jid, under which
       # Sidekiq saved its cursor: an interrupted iteration goes on where it stopped.
-      def copy_of(job_instance, job, at:)
+      def copy_of(job_instance, job, at:, keep_jid: false)
         kept = %w[class wrapped args queue retry lock_manager]
-        kept << "jid" if defined?(::Sidekiq::Job::Iterable) && job_instance.is_a?(::Sidekiq::Job::Iterable)
+        if keep_jid || (defined?(::Sidekiq::Job::Iterable) && job_instance.is_a?(::Sidekiq::Job::Iterable))
+          kept << "jid"
+        end
         job.slice(*kept).merge("at" => at)
       end
     end

@@ -1,0 +1,117 @@
+# frozen_string_literal: true
+
+module LockManager
+  # One `throttle_with` rule of a job class, checked at class load, and what a job's rules decide
+  # when it starts, under Sidekiq and ActiveJob alike:
+  #
+  #   throttle_with rate: 100, per: 1, key: "partner-api"                    # shared by every job
+  #   throttle_with window: 10, per: 3600, key: ->(account_id, *) { "exports:#{account_id}" }
+  #   throttle_with concurrency: 5, key: ->(account_id, *) { "tenant:#{account_id}" }
+  #
+  # A job starts only when all its rules admit it; one that refuses gives back what the ones
+  # before it took, and the job runs again at the refusal's retry_after (see JobThrottle.run).
+  class JobThrottle
+    ON_LIMIT = %i[reschedule raise].freeze
+    # A refusal: the rule, its limiter's name, and seconds until it would admit the job (nil for a
+    # concurrency rule, which frees a place when a job leaves: `reschedule_in`).
+    Refusal = Struct.new(:throttle, :name, :retry_after)
+
+    attr_reader :on_limit, :reschedule_in
+
+    # @param key [String, Proc, nil] the limiter's name, or a Proc of the job's arguments that
+    #   makes it (nil: the job's class name)
+    # @param concurrency [Integer] or at most this many at once (then `timeout:` bounds how long a
+    #   dead worker keeps its place, `reschedule_in:` when a refused job comes back)
+    # @param rule the limiter's rule otherwise: rate:/window:/sliding_window:, per:, burst:
+    # @raise [ArgumentError] naming the bad option
+    def initialize(key: nil, on_limit: :reschedule, concurrency: nil, timeout: 60, reschedule_in: 5, **rule)
+      @key = key.is_a?(Proc) || key.nil? ? key : Arguments.key(key, :key).dup.freeze
+      unless ON_LIMIT.include?(on_limit)
+        raise ArgumentError, "on_limit must be :reschedule or :raise, got #{on_limit.inspect}"
+      end
+
+      @on_limit = on_limit
+      @reschedule_in = Arguments.seconds(reschedule_in, :reschedule_in)
+      concurrency ? check_concurrency(concurrency, timeout, rule) : check_rule(rule)
+    end
+
+    def concurrency?
+      @rule.nil?
+    end
+
+    # The rule's limiter for a job of `class_name` with these arguments.
+    def limiter(class_name, args)
+      name = @key.is_a?(Proc) ? Arguments.key(@key.call(*args), :key) : (@key || class_name)
+      return Limiter.new(name, **@rule) unless concurrency?
+
+      ConcurrencyLimiter.new(name, @places.limit, timeout: @places.timeout)
+    end
+
+    class << self
+      # Runs the block (the job) when every rule admits it: the limiters first, in order, then the
+      # concurrency rules around the block. A refusal gives back what the rules before it took, and
+      # so does a block that says it did not run the job (its lock was held).
+      # @yieldreturn [Boolean] whether the job ran
+      # @return [Refusal, nil] nil when the rules admitted the job
+      def run(throttles, class_name, args, &job)
+        limiters, places = throttles.partition { |throttle| !throttle.concurrency? }
+        taken = []
+        limiters.each do |throttle|
+          limiter = throttle.limiter(class_name, args)
+          limit = limiter.try_acquire
+          taken << [limiter, limit] and next if limit.admitted?
+
+          give_back(taken)
+          return Refusal.new(throttle, limiter.name, limit.retry_after)
+        end
+        within(places, class_name, args, taken, &job)
+      end
+
+      # When a refused job runs again: at its retry_after (or the rule's reschedule_in) plus up to
+      # a tenth more, so that the jobs one refusal sent away do not all come back at once.
+      def delay(refusal)
+        (refusal.retry_after || refusal.throttle.reschedule_in) * (1 + (rand / 10))
+      end
+
+      def log_line(class_name, id, refusal, delay)
+        "throttled #{class_name} #{id}: limiter #{refusal.name.inspect} is over its limit; " \
+          "runs again in #{delay.round(1)}s"
+      end
+
+      private
+
+      # The concurrency rules, one inside the other, around the job.
+      def within(places, class_name, args, taken, &job)
+        return (job.call ? nil : give_back(taken)) if places.empty?
+
+        throttle, *rest = places
+        limiter = throttle.limiter(class_name, args)
+        limiter.within_limit { within(rest, class_name, args, taken, &job) }
+      rescue OverLimit => e
+        raise unless e.limiter == limiter&.name && e.retry_after.nil?
+
+        give_back(taken)
+        Refusal.new(throttle, limiter.name, nil)
+      end
+
+      def give_back(taken)
+        taken.each { |limiter, limit| limiter.give_back(limit) }
+        nil
+      end
+    end
+
+    private
+
+    def check_rule(rule)
+      @rule = { per: 1, **rule }.freeze
+      Limiter::Rule.from(**@rule)
+    end
+
+    # The places and timeout, checked once (the limiter's name comes with each job).
+    def check_concurrency(concurrency, timeout, rule)
+      raise ArgumentError, "concurrency: takes no #{rule.keys.first}:" unless rule.empty?
+
+      @places = ConcurrencyLimiter.new("x", concurrency, timeout: timeout)
+    end
+  end
+end

@@ -1,0 +1,96 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "active_job"
+require "logger"
+require "stringio"
+
+# throttle_with in ActiveJob classes, through ActiveJob's own callbacks (perform_now, as every adapter
+# runs a job), on the suite's Redis; ActiveJob's test adapter keeps what a refused job enqueues again.
+module AjThrottle
+  RAN = Queue.new
+
+  class ExportJob < ActiveJob::Base
+    include LockManager::Worker
+    self.queue_adapter = :test
+    throttle_with window: 2, per: 3600, key: ->(run, account, *) { "exports:#{run}:#{account}" }
+    throttle_with sliding_window: 1, per: 60, key: ->(run, _account, partner) { "partner:#{run}:#{partner}" }
+
+    def perform(run, account, partner)
+      RAN << [run, account, partner]
+    end
+  end
+
+  class RaisingJob < ActiveJob::Base
+    include LockManager::Worker
+    self.queue_adapter = :test
+    throttle_with window: 1, per: 3600, key: ->(run) { "raising:#{run}" }, on_limit: :raise
+
+    def perform(run)
+      RAN << [run]
+    end
+  end
+end
+
+RSpec.describe "throttle_with under ActiveJob" do
+  let(:run) { SecureRandom.hex(4) }
+  let(:log) { StringIO.new }
+  let(:adapter) { AjThrottle::ExportJob.queue_adapter }
+
+  before do
+    configure_shared_locker!
+    AjThrottle::ExportJob.logger = Logger.new(log)
+    adapter.enqueued_jobs.clear
+    AjThrottle::RAN.clear
+  end
+
+  def ran
+    Array.new(AjThrottle::RAN.size) { AjThrottle::RAN.pop }
+  end
+
+  it "runs an account's 2 exports of the hour and enqueues the third again, same job_id, for the hour's end" do
+    jobs = Array.new(3) { |n| AjThrottle::ExportJob.new(run, "a", "p#{n}") }
+    jobs.each(&:perform_now)
+
+    expect(ran.size).to eq(2)
+    again = adapter.enqueued_jobs.last
+    expect(adapter.enqueued_jobs.size).to eq(1)
+    expect(again["job_id"]).to eq(jobs.last.job_id)
+    window_left = 3600 - (Time.now.to_f % 3600)
+    expect(again.fetch(:at) - Time.now.to_f).to be_between(window_left - 5, (window_left * 1.1) + 5)
+    expect(log.string).to include("lock_manager: throttled AjThrottle::ExportJob job_id=#{jobs.last.job_id}: " \
+                                  "limiter \"exports:#{run}:a\" is over its limit; runs again in")
+  end
+
+  it "gives back the account's export when the partner's rule refuses the job" do
+    AjThrottle::ExportJob.new(run, "b", "p").perform_now
+    AjThrottle::ExportJob.new(run, "b", "p").perform_now
+
+    expect(ran.size).to eq(1)
+    expect(adapter.enqueued_jobs.last.fetch(:at) - Time.now.to_f).to be_between(50, 70)
+    exports = LockManager::Limiter.window("exports:#{run}:b", 2, per: 3600)
+    expect(exports.try_acquire).to have_attributes(admitted?: true, remaining: 0)
+  end
+
+  it "raises OverLimit for the app's retry_on with on_limit: :raise" do
+    AjThrottle::RaisingJob.perform_now(run)
+
+    expect { AjThrottle::RaisingJob.perform_now(run) }.to raise_error(LockManager::OverLimit, /raising:#{run}/)
+    expect(ran).to eq([[run]])
+  end
+
+  it "refuses a bad rule at class load, naming it" do
+    expect do
+      Class.new(ActiveJob::Base) do
+        include LockManager::Worker
+        throttle_with window: 0, per: 60
+      end
+    end.to raise_error(ArgumentError, /window must be an Integer/)
+    expect do
+      Class.new(ActiveJob::Base) do
+        include LockManager::Worker
+        throttle_with rate: 5, on_limit: :wait
+      end
+    end.to raise_error(ArgumentError, /on_limit must be :reschedule or :raise/)
+  end
+end

@@ -1,0 +1,106 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "json"
+require_relative "../support/sidekiq_client"
+require_relative "../support/sidekiq_process"
+require_relative "../support/throttled_jobs"
+
+# throttle_with run by a real Sidekiq process (concurrency 5) on a private redis-server: jobs over a
+# rule hold no thread and use no retry, come back when the rule admits them, and a job refused by
+# one rule gives back what the others took.
+RSpec.describe "throttle_with under a real Sidekiq", timeout: 90 do
+  app = File.expand_path("../support/throttled_jobs.rb", __dir__)
+  lock_prefix = "throttle:#{SecureRandom.hex(4)}:"
+  let(:lock_prefix) { lock_prefix }
+
+  before(:all) do
+    @server = RedisServer.new.start
+    @sidekiq = SidekiqProcess.new(app: app, env: { "REDIS_URL" => @server.url, "LOCK_PREFIX" => lock_prefix }).start
+  end
+
+  after(:all) do
+    @sidekiq&.stop
+    @server&.shutdown
+  end
+
+  include_context "a Sidekiq client of its own"
+
+  before { use_locks(lock_prefix) }
+
+  let(:run) { SecureRandom.hex(4) }
+  let(:locker) { LockManager.locker }
+
+  def push(klass, *args)
+    Sidekiq::Client.push("class" => klass, "args" => args)
+  end
+
+  # [what, jid, time] of each run so far whose `what` is among `whats`.
+  def runs(whats)
+    admin.lrange("#{lock_prefix}ran", 0, -1).map { |line| JSON.parse(line) }.select { |what, *| whats.include?(what) }
+  end
+
+  # The job `jid` in Sidekiq's sorted set `set` ("schedule", "retry"): its payload, and "at" its score.
+  def scheduled(jid, set = "schedule")
+    admin.zrange(set, 0, -1, with_scores: true).each do |payload, score|
+      job = JSON.parse(payload)
+      return job.merge("at" => score) if job["jid"] == jid
+    end
+    nil
+  end
+
+  it "runs an account's 2 exports of the hour and sends the third back for the hour's end, on its own jid" do
+    account = "a-#{run}"
+    jids = Array.new(3) { |n| push("ExportJob", account, "#{run}-#{n}") } # a partner each: one rule in play
+    eventually(timeout: 20) { runs([account]).size == 2 && jids.any? { |jid| scheduled(jid) } }
+
+    refused = jids.find { |jid| scheduled(jid) }
+    expect(runs([account]).map { |_, jid, _| jid }).to match_array(jids - [refused])
+    window_left = 3600 - (Time.now.to_f % 3600)
+    expect(scheduled(refused)["at"] - Time.now.to_f).to be_between(window_left - 20, (window_left * 1.1) + 5)
+    expect(scheduled(refused)["retry_count"]).to be_nil # no retry used
+    expect(@sidekiq.log).to include("throttled ExportJob jid=#{refused}: limiter \"exports:#{account}\" is over its " \
+                                    "limit; runs again in")
+  end
+
+  it "gives back the account's export when the partner's rule refuses the job" do
+    account = "b-#{run}"
+    push("ExportJob", account, run)
+    eventually(timeout: 20) { runs([account]).size == 1 }
+    refused = push("ExportJob", account, run) # the partner's 1 a minute is spent
+    eventually(timeout: 20) { scheduled(refused) }
+
+    expect(scheduled(refused)["at"] - Time.now.to_f).to be_between(40, 70)
+    exports = LockManager::Limiter.window("exports:#{account}", 2, per: 3600, locker: locker)
+    expect(exports.try_acquire).to have_attributes(admitted?: true, remaining: 0) # 1 of 2 was used, not 2
+  end
+
+  it "brings a refused job back when the rule admits it: one run every 2 s, none lost" do
+    push("SoonJob", run, 1)
+    push("SoonJob", run, 2)
+    eventually(timeout: 30) { runs(["#{run}-1", "#{run}-2"]).size == 2 }
+
+    first, second = runs(["#{run}-1", "#{run}-2"]).map(&:last).sort
+    expect(second - first).to be_between(1.9, (2 * 1.1) + 2) # retry_after plus jitter, plus Sidekiq's poll
+  end
+
+  it "keeps a unique job's lock while it waits for its rule: its duplicate is refused meanwhile" do
+    push("UniqueThrottledJob", run, 1) # runs, and spends the hour's one
+    eventually(timeout: 20) { runs(["#{run}-1"]).any? }
+    waiting = push("UniqueThrottledJob", run, 2)
+    eventually(timeout: 20) { scheduled(waiting) }
+
+    expect(push("UniqueThrottledJob", run, 2)).to be_nil # still locked by the waiting job's jid
+    held_by = admin.keys("#{lock_prefix}*").select { |key| admin.type(key) == "string" }.map { |key| admin.get(key) }
+    expect(held_by).to include(waiting)
+  end
+
+  it "raises OverLimit into Sidekiq's retries with on_limit: :raise" do
+    push("RaisingThrottledJob", run, 1)
+    eventually(timeout: 20) { runs(["#{run}-1"]).any? }
+    refused = push("RaisingThrottledJob", run, 2)
+    eventually(timeout: 20) { scheduled(refused, "retry") }
+
+    expect(scheduled(refused, "retry")["error_class"]).to eq("LockManager::OverLimit")
+  end
+end

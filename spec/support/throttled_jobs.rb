@@ -1,0 +1,76 @@
+# frozen_string_literal: true
+
+# Jobs with throttle_with rules, for spec/sidekiq/throttle_spec.rb. Loaded by `sidekiq -r`, and by the
+# spec, whose pushes go through the client middleware as a web process's would (it configures its
+# own Locker). Each job records its run (what, jid, time) in the list "ran" of LOCK_PREFIX.
+require "json"
+require "sidekiq"
+require "lock_manager"
+require "lock_manager/worker"
+
+if ENV["LOCK_PREFIX"]
+  LockManager.configure do |config|
+    config.redis_url = ENV.fetch("REDIS_URL")
+    config.key_prefix = ENV.fetch("LOCK_PREFIX")
+  end
+end
+
+# Rescheduled jobs come back within about a second (see spec/support/sidekiq_jobs.rb).
+Sidekiq.configure_server do |config|
+  settings = config.respond_to?(:[]=) ? config : Sidekiq.options
+  settings[:poll_interval_average] = 0.5
+end
+
+# Records each run.
+module RecordedRun
+  def record(what)
+    Sidekiq.redis { |redis| redis.rpush("#{ENV.fetch("LOCK_PREFIX")}ran", JSON.generate([what, jid, Time.now.to_f])) }
+  end
+end
+
+# Two rules: 2 exports per account and hour, and the partner's 1 call per minute.
+class ExportJob
+  include LockManager::Worker
+  include RecordedRun
+  throttle_with window: 2, per: 3600, key: ->(account, *) { "exports:#{account}" }
+  throttle_with sliding_window: 1, per: 60, key: ->(_account, partner) { "partner:#{partner}" }
+
+  def perform(account, _partner)
+    record(account)
+  end
+end
+
+# One run every 2 s: the refused one comes back when the rule admits it.
+class SoonJob
+  include LockManager::Worker
+  include RecordedRun
+  throttle_with sliding_window: 1, per: 2, key: ->(run, *) { "soon:#{run}" }
+
+  def perform(run, number)
+    record("#{run}-#{number}")
+  end
+end
+
+# Unique until executed, and throttled: the rescheduled job keeps its jid and its lock.
+class UniqueThrottledJob
+  include LockManager::Worker
+  include RecordedRun
+  lock_with :until_executed, unique_for: 600
+  throttle_with window: 1, per: 3600, key: ->(run, *) { "unique:#{run}" }
+
+  def perform(run, number)
+    record("#{run}-#{number}")
+  end
+end
+
+# Over its limit: raises OverLimit into Sidekiq's retries.
+class RaisingThrottledJob
+  include LockManager::Worker
+  include RecordedRun
+  sidekiq_options retry: 1
+  throttle_with window: 1, per: 3600, key: ->(run, *) { "raising:#{run}" }, on_limit: :raise
+
+  def perform(run, number)
+    record("#{run}-#{number}")
+  end
+end
