@@ -95,6 +95,25 @@ RSpec.describe "throttle_with under a real Sidekiq", timeout: 90 do
     expect(held_by).to include(waiting)
   end
 
+  it "runs a concurrency rule's jobs one at a time, the refused one coming back for the place" do
+    2.times { |n| push("OneAtATimeJob", run, n) }
+    eventually(timeout: 30) { runs(["#{run}-0-end", "#{run}-1-end"]).size == 2 }
+
+    times = runs(%w[0-start 0-end 1-start 1-end].map { |what| "#{run}-#{what}" }).to_h { |what, _, at| [what, at] }
+    first, second = [0, 1].sort_by { |n| times["#{run}-#{n}-start"] }
+    expect(times["#{run}-#{second}-start"]).to be >= times["#{run}-#{first}-end"]
+    expect(@sidekiq.log).to include("limiter \"one:#{run}\" is over its limit")
+  end
+
+  it "gives back the window's unit when the job's own lock turns out held" do
+    locker.claim(["locked:#{run}"], ["the-spec"], [60]) # held elsewhere
+    push("LockedThrottledJob", run)
+    eventually(timeout: 20) { @sidekiq.log.include?("lock \"locked:#{run}\" is held") }
+
+    window = LockManager::Limiter.window("locked-window:#{run}", 5, per: 3600, locker: locker)
+    expect(window.try_acquire.remaining).to eq(4) # the skipped job took none
+  end
+
   it "raises OverLimit into Sidekiq's retries with on_limit: :raise" do
     push("RaisingThrottledJob", run, 1)
     eventually(timeout: 20) { runs(["#{run}-1"]).any? }

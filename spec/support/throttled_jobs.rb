@@ -74,3 +74,28 @@ class RaisingThrottledJob
     record("#{run}-#{number}")
   end
 end
+
+# One at a time per run: the second waits for the first's place, coming back every half second.
+class OneAtATimeJob
+  include LockManager::Worker
+  include RecordedRun
+  throttle_with concurrency: 1, key: ->(run, *) { "one:#{run}" }, timeout: 10, reschedule_in: 0.5
+
+  def perform(run, number)
+    record("#{run}-#{number}-start")
+    sleep 1
+    record("#{run}-#{number}-end")
+  end
+end
+
+# Locked and throttled: a run its lock refuses gives back the window's unit.
+class LockedThrottledJob
+  include LockManager::Worker
+  include RecordedRun
+  lock_with :nonblocking, key: ->(run, *) { "locked:#{run}" }
+  throttle_with window: 5, per: 3600, key: ->(run, *) { "locked-window:#{run}" }
+
+  def perform(run)
+    record(run)
+  end
+end
