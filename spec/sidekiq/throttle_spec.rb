@@ -81,7 +81,8 @@ RSpec.describe "throttle_with under a real Sidekiq", timeout: 90 do
     eventually(timeout: 30) { runs(["#{run}-1", "#{run}-2"]).size == 2 }
 
     first, second = runs(["#{run}-1", "#{run}-2"]).map(&:last).sort
-    expect(second - first).to be_between(1.9, (2 * 1.1) + 2) # retry_after plus jitter, plus Sidekiq's poll
+    # Not before the rule admits it; then within retry_after's jitter, Sidekiq's poll and a loaded machine.
+    expect(second - first).to be_between(1.9, 8)
   end
 
   it "keeps a unique job's lock while it waits for its rule: its duplicate is refused meanwhile" do
