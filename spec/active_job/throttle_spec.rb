@@ -79,6 +79,37 @@ RSpec.describe "throttle_with under ActiveJob" do
     expect(ran).to eq([[run]])
   end
 
+  describe "when Redis cannot be reached" do
+    def unreachable(on_redis_error)
+      LockManager.configure do |config|
+        config.redis_url = closed_url
+        config.on_redis_error = on_redis_error
+        config.connect_timeout = 0.5
+        config.logger = Logger.new(log)
+      end
+    end
+
+    it "raises the ConnectionError by default (on_redis_error :raise)" do
+      unreachable(:raise)
+
+      expect { AjThrottle::ExportJob.perform_now(run, "c", "p") }.to raise_error(LockManager::ConnectionError)
+      expect(ran).to be_empty
+    end
+
+    it "runs the job past its rules with :run, and sends it back for reschedule_in with :skip" do
+      unreachable(:run)
+      AjThrottle::ExportJob.perform_now(run, "c", "p")
+      expect(ran.size).to eq(1)
+
+      unreachable(:skip)
+      AjThrottle::ExportJob.perform_now(run, "c", "p")
+      expect(ran).to be_empty
+      expect(adapter.enqueued_jobs.last.fetch(:at) - Time.now.to_f).to be_between(4, 6) # reschedule_in 5 s
+      expect(log.string).to include("running without the limiter \"exports:#{run}:c\"",
+                                    "treating it as over its limit \"exports:#{run}:c\"")
+    end
+  end
+
   it "refuses a bad rule at class load, naming it" do
     expect do
       Class.new(ActiveJob::Base) do

@@ -58,7 +58,7 @@ module LockManager
         taken = []
         limiters.each do |throttle|
           limiter = throttle.limiter(class_name, args)
-          limit = limiter.try_acquire
+          limit = decide(limiter) or next # Redis unreachable, on_redis_error :run
           taken << [limiter, limit] and next if limit.admitted?
 
           give_back(taken)
@@ -92,6 +92,18 @@ module LockManager
 
         give_back(taken)
         Refusal.new(throttle, limiter.name, nil)
+      end
+
+      # The limiter's decision; when Redis cannot be reached, the Locker's on_redis_error: :raise,
+      # :run (nil: the rule is passed over) or :skip (refused, the job comes back after reschedule_in).
+      def decide(limiter)
+        limiter.try_acquire
+      rescue ConnectionError => e
+        on_redis_error = LockManager.locker.on_redis_error
+        raise if on_redis_error == :raise
+
+        Reports.limiter_unreachable(limiter.name, e, on_redis_error)
+        Limit.new(false, 0, nil, nil) unless on_redis_error == :run
       end
 
       def give_back(taken)
