@@ -32,9 +32,11 @@ module LockManager
     # not be reached (`error`, with on_redis_error :run or :skip).
     # @return [nil]
     # A Limiter's decision (asked only when someone listens to THROTTLE).
-    def throttled(limiter, cost, limit)
-      Events.emit(THROTTLE, { limiter: limiter.name, rule: limiter.rule.to_s, cost: cost, admitted: limit.admitted?,
-                              remaining: limit.remaining, retry_after: limit.retry_after })
+    # @param job [Hash, nil] { class:, jid: } for a job's rule
+    def throttled(limiter, cost, limit, job = nil)
+      payload = { limiter: limiter.name, rule: limiter.rule.to_s, cost: cost, admitted: limit.admitted?,
+                  remaining: limit.remaining, retry_after: limit.retry_after }
+      Events.emit(THROTTLE, job ? payload.merge(job) : payload)
     end
 
     def refused(key, started, wait:, limit:, error: nil)

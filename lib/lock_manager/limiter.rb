@@ -62,9 +62,14 @@ module LockManager
     def try_acquire(cost: 1, wait: nil)
       cost = rule.check_cost(cost)
       wait = wait.nil? || wait == 0 ? nil : Arguments.seconds(wait, :wait).to_f # rubocop:disable Style/NumericPredicate
-      limit = Limit.new(*native.decide(cost, wait)).freeze
-      Instrumentation.throttled(self, cost, limit) if Events.on?(Instrumentation::THROTTLE)
-      limit
+      decide(cost, wait)
+    end
+
+    # One unit for a job's rule (throttle_with): `job` ({ class:, jid: }) joins the event's payload.
+    # @api private
+    # @return [Limit]
+    def try_acquire_for(job)
+      decide(1, nil, job)
     end
 
     # Runs the block if the limit admits `cost` units (waiting up to `wait` seconds for them).
@@ -105,6 +110,12 @@ module LockManager
     end
 
     private
+
+    def decide(cost, wait, job = nil)
+      limit = Limit.new(*native.decide(cost, wait)).freeze
+      Instrumentation.throttled(self, cost, limit, job) if Events.on?(Instrumentation::THROTTLE)
+      limit
+    end
 
     def locker
       @locker || LockManager.locker

@@ -72,6 +72,20 @@ RSpec.describe "throttle_with under ActiveJob" do
     expect(exports.try_acquire).to have_attributes(admitted?: true, remaining: 0)
   end
 
+  it "sends throttle.lock_manager for each rule's decision, naming the job" do
+    events = []
+    subscriber = LockManager.subscribe("throttle.lock_manager") { |event| events << event.payload }
+    job = AjThrottle::ExportJob.new(run, "d", "p")
+    job.perform_now
+    LockManager.unsubscribe(subscriber)
+
+    expect(events).to match([
+                              include(limiter: "exports:#{run}:d", admitted: true, class: "AjThrottle::ExportJob",
+                                      jid: job.job_id),
+                              include(limiter: "partner:#{run}:p", admitted: true, jid: job.job_id)
+                            ])
+  end
+
   it "raises OverLimit for the app's retry_on with on_limit: :raise" do
     AjThrottle::RaisingJob.perform_now(run)
 

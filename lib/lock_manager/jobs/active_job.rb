@@ -137,7 +137,7 @@ module LockManager
       throttles = self.class.lock_manager_throttles
       return lock_manager_locked(&block) if throttles.empty?
 
-      refusal = JobThrottle.run(throttles, self.class.name, arguments) { lock_manager_locked(&block) }
+      refusal = JobThrottle.run(throttles, self.class.name, job_id, arguments) { lock_manager_locked(&block) }
       lock_manager_throttled(refusal) if refusal
     end
 

@@ -51,14 +51,15 @@ module LockManager
       # Runs the block (the job) when every rule admits it: the limiters first, in order, then the
       # concurrency rules around the block. A refusal gives back what the rules before it took, and
       # so does a block that says it did not run the job (its lock was held).
+      # @param jid [String] the job's id (Sidekiq's jid, ActiveJob's job_id), for the events
       # @yieldreturn [Boolean] whether the job ran
       # @return [Refusal, nil] nil when the rules admitted the job
-      def run(throttles, class_name, args, &job)
+      def run(throttles, class_name, jid, args, &job)
         limiters, places = throttles.partition { |throttle| !throttle.concurrency? }
         taken = []
         limiters.each do |throttle|
           limiter = throttle.limiter(class_name, args)
-          limit = decide(limiter) or next # Redis unreachable, on_redis_error :run
+          limit = decide(limiter, { class: class_name, jid: jid }) or next # unreachable, on_redis_error :run
           taken << [limiter, limit] and next if limit.admitted?
 
           give_back(taken)
@@ -96,8 +97,8 @@ module LockManager
 
       # The limiter's decision; when Redis cannot be reached, the Locker's on_redis_error: :raise,
       # :run (nil: the rule is passed over) or :skip (refused, the job comes back after reschedule_in).
-      def decide(limiter)
-        limiter.try_acquire
+      def decide(limiter, job)
+        limiter.try_acquire_for(job)
       rescue ConnectionError => e
         on_redis_error = LockManager.locker.on_redis_error
         raise if on_redis_error == :raise

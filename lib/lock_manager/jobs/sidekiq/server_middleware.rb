@@ -14,7 +14,7 @@ module LockManager
         return locked(job_instance, job, &block).last if throttles.empty?
 
         value = nil
-        refusal = JobThrottle.run(throttles, Jobs.class_name(job), job["args"]) do
+        refusal = JobThrottle.run(throttles, Jobs.class_name(job), job["jid"], job["args"]) do
           ran, value = locked(job_instance, job, &block)
           ran
         end
