@@ -68,6 +68,9 @@ RSpec.describe "min_replicas", :topology do
       expect(wait_calls(primary) - waits).to be >= 4 # one WAIT per grant
       expect(lock.release).to be(true)
       expect(held_keys(primary, "#{prefix}*")).to eq([])
+      exports = LockManager::Limiter.window("exports", 2, per: 3600, locker: locker)
+      expect(exports.try_acquire).to be_admitted
+      expect(replica.keys("lock_manager:*:limit:window:#{prefix}exports").size).to eq(1) # before it said so
     end
 
     it "hands a released lock to a waiter only once its own attempt is acknowledged (replica paused at the " \
@@ -133,6 +136,17 @@ RSpec.describe "min_replicas", :topology do
       free = locker_of(set)
       expect(free.try_lock("report")&.release).to be(true) # released again: free for others
       expect(free.nonblocking_lock("pool", limit: 1) { :free }.result).to eq(:free)
+    end
+
+    it "a limiter's admitted decision raises NotReplicated and is given back, so a failover cannot forget it" do
+      await_acknowledgements(set)
+      limiter = LockManager::Limiter.window("exports", 3, per: 3600, locker: replicated_locker)
+      error, took = with_replica_paused { timed_error(LockManager::NotReplicated) { limiter.try_acquire } }
+
+      expect(took).to be < 0.05 + 0.5
+      expect(error.message).to include('limiter "exports"', "0 of the 1 replicas")
+      await_acknowledgements(set)
+      expect(limiter.try_acquire).to have_attributes(admitted?: true, remaining: 2) # the refused one gave its unit back
     end
 
     it "blocking_lock keeps trying until its deadline, then raises NotReplicated" do

@@ -102,20 +102,54 @@ impl LockCore {
         cost: u32,
         interrupt: &Interrupt,
     ) -> Result<Decision, LockError> {
-        let cost = cost.to_string();
+        let cost_arg = cost.to_string();
         let args: [&[u8]; 3] = [
             limiter.rule_args[0].as_bytes(),
             limiter.rule_args[1].as_bytes(),
-            cost.as_bytes(),
+            cost_arg.as_bytes(),
         ];
-        let reply = self
-            .pool()
-            .round_trip(&limiter.key, interrupt, None, |conn, _| {
-                limiter
-                    .script
-                    .run::<redis::Value>(conn, &[&limiter.key], &args)
-            })?;
-        decision_from(reply)
+        let (reply, acknowledged) =
+            self.pool()
+                .round_trip(&limiter.key, interrupt, None, |conn, _| {
+                    let reply = limiter
+                        .script
+                        .run::<redis::Value>(conn, &[&limiter.key], &args)?;
+                    let acknowledged = self.acknowledged_if(admits(&reply), conn)?;
+                    Ok((reply, acknowledged))
+                })?;
+        let decision = decision_from(reply)?;
+        self.check_decision_replicated(limiter, cost, &decision, acknowledged)?;
+        Ok(decision)
+    }
+
+    /// With `min_replicas`, an admitted decision counts once that many replicas have it (`WAIT`,
+    /// as a lock's acquisition): else its units are given back and the caller told, so that a
+    /// failover cannot forget units already used.
+    fn check_decision_replicated(
+        &self,
+        limiter: &Limiter,
+        cost: u32,
+        decision: &Decision,
+        acknowledged: Option<u32>,
+    ) -> Result<(), LockError> {
+        let (Some(replication), Some(reached)) = (self.replication(), acknowledged) else {
+            return Ok(());
+        };
+        if reached >= replication.replicas {
+            return Ok(());
+        }
+        let undo = Interrupt::for_current_thread();
+        let _ = self.give_back(limiter, cost, decision.receipt, &undo);
+        Err(LockError::NotReplicated {
+            addr: self
+                .pool()
+                .pool_for(&limiter.key)
+                .map(|p| p.addr())
+                .unwrap_or_default(),
+            needed: replication.replicas,
+            reached,
+            timeout: replication.timeout,
+        })
     }
 
     /// Decides, and while refused waits out `retry_after` as long as that ends before `deadline`
@@ -183,6 +217,11 @@ impl LockCore {
                     .map(|n| n == 1)
             })
     }
+}
+
+/// Whether a script's reply admits (its first number is 1), before it is read in full.
+fn admits(reply: &redis::Value) -> bool {
+    matches!(reply, redis::Value::Array(numbers) if numbers.first() == Some(&redis::Value::Int(1)))
 }
 
 /// `{admitted, remaining, retry after µs, reset after µs, receipt, receipt}`, as every

@@ -237,7 +237,7 @@ impl LockCore {
     /// With `min_replicas`, after `taken` an acquisition on `conn`: how many replicas
     /// acknowledged this connection's writes within `replica_timeout` (`WAIT`, on the same
     /// connection: it counts that connection's writes, and every earlier one).
-    fn acknowledged_if(
+    pub(crate) fn acknowledged_if(
         &self,
         taken: bool,
         conn: &mut redis::Connection,
@@ -250,6 +250,11 @@ impl LockCore {
             .arg(replication.timeout.as_millis().max(1) as u64)
             .query(conn)?;
         Ok(Some(u32::try_from(reached).unwrap_or(0)))
+    }
+
+    /// `min_replicas` and `replica_timeout`, when set.
+    pub(crate) fn replication(&self) -> Option<Replication> {
+        self.replication
     }
 
     /// An acquisition that fewer than `min_replicas` acknowledged does not count: it is released
