@@ -21,6 +21,16 @@ module AjThrottle
     end
   end
 
+  class InlineJob < ActiveJob::Base
+    include LockManager::Worker
+    self.queue_adapter = :inline
+    throttle_with window: 1, per: 3600, key: ->(run) { "inline:#{run}" }
+
+    def perform(run)
+      RAN << [run]
+    end
+  end
+
   class RaisingJob < ActiveJob::Base
     include LockManager::Worker
     self.queue_adapter = :test
@@ -122,6 +132,13 @@ RSpec.describe "throttle_with under ActiveJob" do
       expect(log.string).to include("running without the limiter \"exports:#{run}:c\"",
                                     "treating it as over its limit \"exports:#{run}:c\"")
     end
+  end
+
+  it "raises OverLimit on an adapter that cannot schedule the refused job (:inline)" do
+    AjThrottle::InlineJob.perform_later(run)
+
+    expect { AjThrottle::InlineJob.perform_later(run) }.to raise_error(LockManager::OverLimit, /inline:#{run}/)
+    expect(ran).to eq([[run]])
   end
 
   it "refuses a bad rule at class load, naming it" do

@@ -6,6 +6,7 @@ require_relative "options"
 require_relative "job_lock"
 require_relative "active_job/after_commit"
 require_relative "active_job/bulk_enqueue"
+require_relative "active_job/throttled"
 
 module LockManager
   # `include LockManager::Worker` in an ActiveJob class: the same `lock_with` as in a Sidekiq job,
@@ -18,6 +19,8 @@ module LockManager
     # own `serialize` that builds a new Hash drops the mark: the middleware then claims again, for the same
     # job_id, which holds it already (one more round trip, nothing refused).
     CLAIMED = :@lock_manager_claimed
+
+    include Throttled
 
     def self.included(base)
       base.extend(ClassMethods)
@@ -150,16 +153,6 @@ module LockManager
       ran = lock.run(retry_in: ->(_error) { 0 }, &block)
       lock_manager_conflict(lock) unless ran
       ran
-    end
-
-    # A rule refused the job: enqueued again (same job_id, so a unique job's lock goes with it) for
-    # when the rule would admit it, or OverLimit for the app's retry_on.
-    def lock_manager_throttled(refusal)
-      raise OverLimit.new(refusal.name, refusal.retry_after) if refusal.throttle.on_limit == :raise
-
-      delay = JobThrottle.delay(refusal)
-      retry_job(wait: delay)
-      logger&.info("lock_manager: #{JobThrottle.log_line(self.class.name, "job_id=#{job_id}", refusal, delay)}")
     end
 
     def lock_manager_conflict(lock)

@@ -1,0 +1,24 @@
+# frozen_string_literal: true
+
+module LockManager
+  module ActiveJob
+    # What an ActiveJob class with throttle_with does with a job its rules refused (JobThrottle.run).
+    module Throttled
+      private
+
+      # Enqueued again (same job_id, so a unique job's lock goes with it) for when the rule would
+      # admit it; OverLimit for the app's retry_on with on_limit: :raise, and on an adapter that
+      # cannot schedule a job (:inline).
+      def lock_manager_throttled(refusal)
+        over_limit = OverLimit.new(refusal.name, refusal.retry_after)
+        raise over_limit if refusal.throttle.on_limit == :raise
+
+        delay = JobThrottle.delay(refusal)
+        retry_job(wait: delay)
+        logger&.info("lock_manager: #{JobThrottle.log_line(self.class.name, "job_id=#{job_id}", refusal, delay)}")
+      rescue NotImplementedError # the adapter's enqueue_at
+        raise over_limit
+      end
+    end
+  end
+end
