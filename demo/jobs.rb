@@ -87,3 +87,15 @@ class ReportJob
     work(seconds, "report #{account_id} sent", [account_id, seconds])
   end
 end
+
+# Throttled: at most 2 exports of an account in any 2 seconds. A third is not run and not retried:
+# it is pushed back, with its own jid, for the moment the rule admits it.
+class ExportJob
+  include LockManager::Worker
+  include RecordedWork
+  throttle_with sliding_window: 2, per: 2, key: ->(account_id, *) { "exports:#{account_id}" }
+
+  def perform(account_id, seconds = 0.2)
+    work(seconds, "export #{account_id} sent", [account_id, seconds])
+  end
+end

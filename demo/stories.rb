@@ -6,7 +6,9 @@
 #   2. three MyBlockingWorker jobs: three results, one after another;
 #   3. UserWorker for users 1, 2, 1: users 1 and 2 in parallel, the second job for user 1 skipped;
 #   4. ReportJob (lock_with :until_executed) pushed 5 times: 1 accepted and run, 4 refused at push;
-#      pushed again once it finished: accepted and run.
+#      pushed again once it finished: accepted and run;
+#   5. ExportJob (throttle_with sliding_window: 2, per: 2) pushed 3 times: 2 run at once, the third is
+#      pushed back (same jid, no retry) and runs once the rule admits it, 2 s after the first.
 # Prints a timeline and one verdict per story; exits 0 only if every story behaved.
 # On the stack's own Sidekiq, or the vendored one SIDEKIQ names (spec/support/stack.rb), here and in the
 # sidekiq process it boots.
@@ -131,6 +133,22 @@ ran_again = events.count { |e| e["event"] == "report 7 sent" }
 verdicts << verdict(accepted.size == 1 && ran == 1 && ran_again == 1,
                     "#{accepted.size} accepted and #{ran} run, #{pushes.count(nil)} refused; the push after it " \
                     "#{ran_again == 1 ? "ran" : "did not run"} (want 1, 1, 4, ran)")
+
+started = Time.now.to_f
+jids = Array.new(3) { push("ExportJob", 7) }
+deadline = Time.now + 30
+sleep 0.1 until events_of(jids).count { |e| e["event"] == "export 7 sent" } == 3 || Time.now > deadline
+puts "Story 5: ExportJob(7) pushed 3 times (throttle_with sliding_window: 2, per: 2)"
+events = events_of(jids)
+shown = { "skipped" => "throttled: pushed back", "working" => "admitted, working" }
+events.each { |e| print_event(e.merge("event" => shown.fetch(e["event"], e["event"])), started) }
+sent = events.select { |e| e["event"] == "export 7 sent" }
+first_two, last = sent.map { |e| e["at"] - started }.sort.then { |times| [times.first(2), times[2]] }
+pushed_back = events.count { |e| e["event"] == "skipped" }
+retried = Sidekiq::RetrySet.new.size + Sidekiq::DeadSet.new.size
+verdicts << verdict(sent.size == 3 && pushed_back == 1 && last.to_f - first_two.max.to_f >= 1.5 && retried.zero?,
+                    "#{sent.size} sent, #{pushed_back} pushed back and run #{format("%.1f", last.to_f)}s in, " \
+                    "#{retried} retried (want 3, 1 after 2 s, 0)")
 
 puts verdicts.all? ? "All stories behaved." : "Some stories misbehaved."
 exit(verdicts.all? ? 0 : 1)

@@ -51,7 +51,8 @@ RSpec.describe "throttle_with under a real Sidekiq", timeout: 90 do
 
   it "runs an account's 2 exports of the hour and sends the third back for the hour's end, on its own jid" do
     account = "a-#{run}"
-    jids = Array.new(3) { |n| push("ExportJob", account, "#{run}-#{n}") } # a partner each: one rule in play
+    # A partner each: one rule in play.
+    jids = Array.new(3) { |n| push("PartnerExportJob", account, "#{run}-#{n}") }
     eventually(timeout: 20) { runs([account]).size == 2 && jids.any? { |jid| scheduled(jid) } }
 
     refused = jids.find { |jid| scheduled(jid) }
@@ -59,15 +60,15 @@ RSpec.describe "throttle_with under a real Sidekiq", timeout: 90 do
     window_left = 3600 - (Time.now.to_f % 3600)
     expect(scheduled(refused)["at"] - Time.now.to_f).to be_between(window_left - 20, (window_left * 1.1) + 5)
     expect(scheduled(refused)["retry_count"]).to be_nil # no retry used
-    expect(@sidekiq.log).to include("throttled ExportJob jid=#{refused}: limiter \"exports:#{account}\" is over its " \
-                                    "limit; runs again in")
+    expect(@sidekiq.log).to include("throttled PartnerExportJob jid=#{refused}: limiter \"exports:#{account}\" is " \
+                                    "over its limit; runs again in")
   end
 
   it "gives back the account's export when the partner's rule refuses the job" do
     account = "b-#{run}"
-    push("ExportJob", account, run)
+    push("PartnerExportJob", account, run)
     eventually(timeout: 20) { runs([account]).size == 1 }
-    refused = push("ExportJob", account, run) # the partner's 1 a minute is spent
+    refused = push("PartnerExportJob", account, run) # the partner's 1 a minute is spent
     eventually(timeout: 20) { scheduled(refused) }
 
     expect(scheduled(refused)["at"] - Time.now.to_f).to be_between(40, 70)

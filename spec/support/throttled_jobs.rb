@@ -29,7 +29,7 @@ module RecordedRun
 end
 
 # Two rules: 2 exports per account and hour, and the partner's 1 call per minute.
-class ExportJob
+class PartnerExportJob
   include LockManager::Worker
   include RecordedRun
   throttle_with window: 2, per: 3600, key: ->(account, *) { "exports:#{account}" }
