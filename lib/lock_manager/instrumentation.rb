@@ -28,9 +28,6 @@ module LockManager
                              fencing_token: fencing_token, contended: contended == true }, started)
     end
 
-    # The lock was not acquired: taken (nonblocking), the wait ran out (blocking), or Redis could
-    # not be reached (`error`, with on_redis_error :run or :skip).
-    # @return [nil]
     # A Limiter's decision (asked only when someone listens to THROTTLE).
     # @param job [Hash, nil] { class:, jid: } for a job's rule
     def throttled(limiter, cost, limit, job = nil)
@@ -39,6 +36,9 @@ module LockManager
       Events.emit(THROTTLE, job ? payload.merge(job) : payload)
     end
 
+    # The lock was not acquired: taken (nonblocking), the wait ran out (blocking), or Redis could
+    # not be reached (`error`, with on_redis_error :run or :skip).
+    # @return [nil]
     def refused(key, started, wait:, limit:, error: nil)
       return unless started
 

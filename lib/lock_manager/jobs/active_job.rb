@@ -147,7 +147,10 @@ module LockManager
     # @return [Boolean] whether the job ran (false: its lock was held)
     def lock_manager_locked(&block)
       lock = lock_manager_lock
-      return yield || true unless lock
+      unless lock
+        yield
+        return true
+      end
 
       # The adapter (or retry_on) may try again: a unique job's lock outlives the failure by unique_for.
       ran = lock.run(retry_in: ->(_error) { 0 }, &block)
