@@ -99,7 +99,9 @@ RSpec.describe "throttle_with under ActiveJob" do
   it "raises OverLimit for the app's retry_on with on_limit: :raise" do
     AjThrottle::RaisingJob.perform_now(run)
 
-    expect { AjThrottle::RaisingJob.perform_now(run) }.to raise_error(LockManager::OverLimit, /raising:#{run}/)
+    expect { AjThrottle::RaisingJob.perform_now(run) }
+      .to raise_error(LockManager::OverLimit,
+                      /limiter "raising:#{run}" is over its limit \(1 per 3600s window\); retry after/)
     expect(ran).to eq([[run]])
   end
 
@@ -154,5 +156,11 @@ RSpec.describe "throttle_with under ActiveJob" do
         throttle_with rate: 5, on_limit: :wait
       end
     end.to raise_error(ArgumentError, /on_limit must be :reschedule or :raise/)
+    expect do
+      Class.new(ActiveJob::Base) do
+        include LockManager::Worker
+        throttle_with concurrency: 0
+      end
+    end.to raise_error(ArgumentError, /concurrency must be an Integer from 1/)
   end
 end

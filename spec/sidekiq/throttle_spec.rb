@@ -123,5 +123,6 @@ RSpec.describe "throttle_with under a real Sidekiq", timeout: 90 do
     eventually(timeout: 20) { scheduled(refused, "retry") }
 
     expect(scheduled(refused, "retry")["error_class"]).to eq("LockManager::OverLimit")
+    expect(scheduled(refused, "retry")["error_message"]).to match(/\(1 per 3600s window\); retry after/)
   end
 end

@@ -12,9 +12,14 @@ module LockManager
   # before it took, and the job runs again at the refusal's retry_after (see JobThrottle.run).
   class JobThrottle
     ON_LIMIT = %i[reschedule raise].freeze
-    # A refusal: the rule, its limiter's name, and seconds until it would admit the job (nil for a
+    # A refusal: the rule, its limiter, and seconds until it would admit the job (nil for a
     # concurrency rule, which frees a place when a job leaves: `reschedule_in`).
-    Refusal = Struct.new(:throttle, :name, :retry_after)
+    Refusal = Struct.new(:throttle, :limiter, :retry_after) do
+      # What on_limit: :raise raises: the limiter's name, its rule and retry_after.
+      def error
+        OverLimit.new(limiter.name, retry_after, limiter.rule)
+      end
+    end
 
     attr_reader :on_limit, :reschedule_in
 
@@ -44,7 +49,7 @@ module LockManager
       name = @key.is_a?(Proc) ? Arguments.key(@key.call(*args), :key) : (@key || class_name)
       return Limiter.new(name, **@rule) unless concurrency?
 
-      ConcurrencyLimiter.new(name, @places.limit, timeout: @places.timeout)
+      ConcurrencyLimiter.new(name, @places, timeout: @timeout)
     end
 
     class << self
@@ -63,23 +68,33 @@ module LockManager
           taken << [limiter, limit] and next if limit.admitted?
 
           give_back(taken)
-          return Refusal.new(throttle, limiter.name, limit.retry_after)
+          return Refusal.new(throttle, limiter, limit.retry_after)
         end
         within(places, class_name, args, taken, &job)
       end
 
-      # When a refused job runs again: at its retry_after (or the rule's reschedule_in) plus up to
-      # a tenth more, so that the jobs one refusal sent away do not all come back at once.
-      def delay(refusal)
-        (refusal.retry_after || refusal.throttle.reschedule_in) * (1 + (rand / 10))
-      end
+      # What a refused job does, under Sidekiq and ActiveJob alike; each framework says only how it
+      # logs a line about the job and how it runs the job again later. on_limit: :raise raises
+      # OverLimit; else the job runs again at its retry_after (or the rule's reschedule_in) plus up
+      # to a tenth more, so that the jobs one refusal sent away do not all come back at once.
+      # @param id [String] the job's id as the line names it ("jid=…", "job_id=…")
+      # @param log [#call] called with the line
+      # @param reschedule [#call] called with the seconds after which the job runs again
+      def handle(refusal, class_name, id, log:, reschedule:)
+        raise refusal.error if refusal.throttle.on_limit == :raise
 
-      def log_line(class_name, id, refusal, delay)
-        "throttled #{class_name} #{id}: limiter #{refusal.name.inspect} is over its limit; " \
-          "runs again in #{delay.round(1)}s"
+        delay = delay(refusal)
+        reschedule.call(delay)
+        log.call("throttled #{class_name} #{id}: limiter #{refusal.limiter.name.inspect} is over its limit; " \
+                 "runs again in #{delay.round(1)}s")
+        nil
       end
 
       private
+
+      def delay(refusal)
+        (refusal.retry_after || refusal.throttle.reschedule_in) * (1 + (rand / 10))
+      end
 
       # The concurrency rules, one inside the other, around the job.
       def within(places, class_name, args, taken, &job)
@@ -92,7 +107,7 @@ module LockManager
         raise unless e.limiter == limiter&.name && e.retry_after.nil?
 
         give_back(taken)
-        Refusal.new(throttle, limiter.name, nil)
+        Refusal.new(throttle, limiter, nil)
       end
 
       # The limiter's decision; when Redis cannot be reached, the Locker's on_redis_error: :raise,
@@ -124,7 +139,8 @@ module LockManager
     def check_concurrency(concurrency, timeout, rule)
       raise ArgumentError, "concurrency: takes no #{rule.keys.first}:" unless rule.empty?
 
-      @places = ConcurrencyLimiter.new("x", concurrency, timeout: timeout)
+      @places = Arguments.positive_integer(concurrency, :concurrency)
+      @timeout = Arguments.seconds(timeout, :timeout)
     end
   end
 end

@@ -28,8 +28,13 @@ module LockManager
       raise full
     end
 
+    # The rule as messages and events show it.
+    def rule
+      "#{limit} at once"
+    end
+
     def inspect
-      "#<#{self.class} #{name.inspect} #{limit} at once>"
+      "#<#{self.class} #{name.inspect} #{rule}>"
     end
 
     private
@@ -41,7 +46,7 @@ module LockManager
     end
 
     def full
-      OverLimit.new(name, nil, "#{limit} at once")
+      OverLimit.new(name, nil, rule)
     end
 
     def locker

@@ -10,14 +10,11 @@ module LockManager
       # admit it; OverLimit for the app's retry_on with on_limit: :raise, and on an adapter that
       # cannot schedule a job (:inline).
       def lock_manager_throttled(refusal)
-        over_limit = OverLimit.new(refusal.name, refusal.retry_after)
-        raise over_limit if refusal.throttle.on_limit == :raise
-
-        delay = JobThrottle.delay(refusal)
-        retry_job(wait: delay)
-        logger&.info("lock_manager: #{JobThrottle.log_line(self.class.name, "job_id=#{job_id}", refusal, delay)}")
+        JobThrottle.handle(refusal, self.class.name, "job_id=#{job_id}",
+                           log: ->(line) { logger&.info("lock_manager: #{line}") },
+                           reschedule: ->(delay) { retry_job(wait: delay) })
       rescue NotImplementedError # the adapter's enqueue_at
-        raise over_limit
+        raise refusal.error
       end
     end
   end

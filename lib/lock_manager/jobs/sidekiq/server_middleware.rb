@@ -39,12 +39,13 @@ module LockManager
       # A rule refused the job: it runs again when the rule would admit it (keeping its jid, so a
       # unique job's lock, held by its jid, goes with it), or OverLimit for Sidekiq's retries.
       def throttled(job_instance, job, refusal)
-        raise OverLimit.new(refusal.name, refusal.retry_after) if refusal.throttle.on_limit == :raise
+        JobThrottle.handle(refusal, Jobs.class_name(job), "jid=#{job["jid"]}",
+                           log: ->(line) { Jobs.log(line) },
+                           reschedule: ->(delay) { push_again(job_instance, job, delay) })
+      end
 
-        delay = JobThrottle.delay(refusal)
+      def push_again(job_instance, job, delay)
         ::Sidekiq::Client.push(copy_of(job_instance, job, at: Time.now.to_f + delay, keep_jid: true))
-        Jobs.log(JobThrottle.log_line(Jobs.class_name(job), "jid=#{job["jid"]}", refusal, delay))
-        nil
       end
 
       def conflict(job_instance, job, lock)
