@@ -79,19 +79,28 @@ impl LockCore {
     /// The limiter `name` (under this core's key prefix) with `rule`.
     pub fn limiter(&self, name: &[u8], rule: LimitRule) -> Limiter {
         let period_us = rule.period.as_micros();
-        let (script, first) = match rule.kind {
-            LimitKind::Gcra => (&*LIMIT_GCRA, format!("{}", period_us as f64 / rule.count)),
-            LimitKind::Window => (&*LIMIT_WINDOW, period_us.to_string()),
-            LimitKind::Sliding => (&*LIMIT_SLIDING, period_us.to_string()),
-        };
-        let second = match rule.kind {
-            LimitKind::Gcra => rule.burst.to_string(),
-            _ => format!("{}", rule.count),
+        // GCRA: the emission interval (µs, a decimal) and the burst; a window: its length and limit.
+        let (script, rule_args) = match rule.kind {
+            LimitKind::Gcra => (
+                &*LIMIT_GCRA,
+                [
+                    format!("{}", period_us as f64 / rule.count),
+                    rule.burst.to_string(),
+                ],
+            ),
+            LimitKind::Window => (
+                &*LIMIT_WINDOW,
+                [period_us.to_string(), format!("{}", rule.count)],
+            ),
+            LimitKind::Sliding => (
+                &*LIMIT_SLIDING,
+                [period_us.to_string(), format!("{}", rule.count)],
+            ),
         };
         Limiter {
             key: self.keys().limiter(rule.kind.name(), name),
             script,
-            rule_args: [first, second],
+            rule_args,
         }
     }
 
@@ -118,38 +127,12 @@ impl LockCore {
                     Ok((reply, acknowledged))
                 })?;
         let decision = decision_from(reply)?;
-        self.check_decision_replicated(limiter, cost, &decision, acknowledged)?;
+        // With `min_replicas`, an admitted decision counts once the replicas have it, as a lock's
+        // acquisition: else its units are given back, so that a failover cannot forget them.
+        self.undone_unless_replicated(&limiter.key, acknowledged, |undo| {
+            let _ = self.give_back(limiter, cost, decision.receipt, undo);
+        })?;
         Ok(decision)
-    }
-
-    /// With `min_replicas`, an admitted decision counts once that many replicas have it (`WAIT`,
-    /// as a lock's acquisition): else its units are given back and the caller told, so that a
-    /// failover cannot forget units already used.
-    fn check_decision_replicated(
-        &self,
-        limiter: &Limiter,
-        cost: u32,
-        decision: &Decision,
-        acknowledged: Option<u32>,
-    ) -> Result<(), LockError> {
-        let (Some(replication), Some(reached)) = (self.replication(), acknowledged) else {
-            return Ok(());
-        };
-        if reached >= replication.replicas {
-            return Ok(());
-        }
-        let undo = Interrupt::for_current_thread();
-        let _ = self.give_back(limiter, cost, decision.receipt, &undo);
-        Err(LockError::NotReplicated {
-            addr: self
-                .pool()
-                .pool_for(&limiter.key)
-                .map(|p| p.addr())
-                .unwrap_or_default(),
-            needed: replication.replicas,
-            reached,
-            timeout: replication.timeout,
-        })
     }
 
     /// Decides, and while refused waits out `retry_after` as long as that ends before `deadline`

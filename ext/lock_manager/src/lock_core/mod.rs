@@ -252,27 +252,35 @@ impl LockCore {
         Ok(Some(u32::try_from(reached).unwrap_or(0)))
     }
 
-    /// `min_replicas` and `replica_timeout`, when set.
-    pub(crate) fn replication(&self) -> Option<Replication> {
-        self.replication
-    }
-
     /// An acquisition that fewer than `min_replicas` acknowledged does not count: it is released
     /// (to completion, even while Ruby interrupts us) and the caller told how many did.
     fn check_replicated(&self, claim: &Claim, acknowledged: Option<u32>) -> Result<(), LockError> {
+        let key = self.redis_key(claim.key);
+        self.undone_unless_replicated(&key, acknowledged, |undo| {
+            let _ = self.release(claim.key, claim.token, claim.request.limit, undo);
+        })
+    }
+
+    /// With `min_replicas`, a write (`route`: its key) that fewer replicas acknowledged
+    /// (`acknowledged_if`) is undone by `undo`, to completion even while Ruby interrupts us, and
+    /// becomes `NotReplicated`, saying how many did; else `Ok`.
+    pub(crate) fn undone_unless_replicated(
+        &self,
+        route: &[u8],
+        acknowledged: Option<u32>,
+        undo: impl FnOnce(&Interrupt),
+    ) -> Result<(), LockError> {
         let (Some(replication), Some(reached)) = (self.replication, acknowledged) else {
             return Ok(());
         };
         if reached >= replication.replicas {
             return Ok(());
         }
-        let key = self.redis_key(claim.key);
-        let undo = Interrupt::for_current_thread();
-        let _ = self.release(claim.key, claim.token, claim.request.limit, &undo);
+        undo(&Interrupt::for_current_thread());
         Err(LockError::NotReplicated {
             addr: self
                 .router
-                .pool_for(&key)
+                .pool_for(route)
                 .map(|p| p.addr())
                 .unwrap_or_default(),
             needed: replication.replicas,
