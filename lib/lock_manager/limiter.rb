@@ -66,10 +66,14 @@ module LockManager
     end
 
     # One unit for a job's rule (throttle_with): `job` ({ class:, jid: }) joins the event's payload.
+    # When Redis cannot be reached, the Locker's on_redis_error: raised, or (logged) nil for :run,
+    # the rule passed over, and a refusal with no retry_after for :skip.
     # @api private
-    # @return [Limit]
+    # @return [Limit, nil]
     def try_acquire_for(job)
       decide(1, nil, job)
+    rescue ConnectionError => e
+      Limit.new(false, 0, nil, nil) unless unreachable(e, locker.on_redis_error) == :run
     end
 
     # Runs the block if the limit admits `cost` units (waiting up to `wait` seconds for them).

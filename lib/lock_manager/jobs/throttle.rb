@@ -64,7 +64,7 @@ module LockManager
         taken = []
         limiters.each do |throttle|
           limiter = throttle.limiter(class_name, args)
-          limit = decide(limiter, { class: class_name, jid: jid }) or next # unreachable, on_redis_error :run
+          limit = limiter.try_acquire_for({ class: class_name, jid: jid }) or next # unreachable, :run
           taken << [limiter, limit] and next if limit.admitted?
 
           give_back(taken)
@@ -108,18 +108,6 @@ module LockManager
 
         give_back(taken)
         Refusal.new(throttle, limiter, nil)
-      end
-
-      # The limiter's decision; when Redis cannot be reached, the Locker's on_redis_error: :raise,
-      # :run (nil: the rule is passed over) or :skip (refused, the job comes back after reschedule_in).
-      def decide(limiter, job)
-        limiter.try_acquire_for(job)
-      rescue ConnectionError => e
-        on_redis_error = LockManager.locker.on_redis_error
-        raise if on_redis_error == :raise
-
-        Reports.limiter_unreachable(limiter.name, e, on_redis_error)
-        Limit.new(false, 0, nil, nil) unless on_redis_error == :run
       end
 
       def give_back(taken)
