@@ -255,6 +255,9 @@ impl LockCore {
     /// An acquisition that fewer than `min_replicas` acknowledged does not count: it is released
     /// (to completion, even while Ruby interrupts us) and the caller told how many did.
     fn check_replicated(&self, claim: &Claim, acknowledged: Option<u32>) -> Result<(), LockError> {
+        if acknowledged.is_none() {
+            return Ok(()); // no min_replicas: nothing was asked, and no key is built on this path
+        }
         let key = self.redis_key(claim.key);
         self.undone_unless_replicated(&key, acknowledged, |undo| {
             let _ = self.release(claim.key, claim.token, claim.request.limit, undo);
