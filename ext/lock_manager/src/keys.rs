@@ -182,6 +182,32 @@ impl KeySpace {
         [INTERNAL_PREFIX, &tag, b":limit:", kind, b":", &full].concat()
     }
 
+    /// The SCAN MATCH pattern of this prefix's limiters of every kind whose names match
+    /// `pattern` (a glob).
+    pub fn limiter_pattern(&self, pattern: &[u8]) -> Vec<u8> {
+        [
+            INTERNAL_PREFIX,
+            b"{*}:limit:*:",
+            &glob_escape(&self.prefix),
+            pattern,
+        ]
+        .concat()
+    }
+
+    /// The kind and name of the limiter whose key is `key` (`limiter`'s inverse), or `None` for a
+    /// key that is not one of this prefix's limiters.
+    pub fn limiter_of<'k>(&self, key: &'k [u8]) -> Option<(&'k [u8], &'k [u8])> {
+        let rest = key.strip_prefix(INTERNAL_PREFIX)?;
+        let close = rest.iter().position(|&b| b == b'}')?;
+        let rest = rest[close + 1..].strip_prefix(b":limit:")?;
+        let colon = rest.iter().position(|&b| b == b':')?;
+        let (kind, name) = (
+            &rest[..colon],
+            rest[colon + 1..].strip_prefix(self.prefix())?,
+        );
+        (self.limiter(kind, name) == key).then_some((kind, name))
+    }
+
     /// The PSUBSCRIBE pattern that covers the channels of every lock of this prefix, with the
     /// prefix's glob characters escaped.
     pub fn channel_pattern(&self) -> Vec<u8> {
@@ -291,6 +317,22 @@ mod tests {
         assert!(KeySpace::new(b"lock_").is_err());
         assert!(KeySpace::new(b"lock_managers:").is_ok());
         assert!(KeySpace::new(b"locks:").is_ok());
+    }
+
+    #[test]
+    fn a_limiters_key_gives_back_its_kind_and_name() {
+        let space = KeySpace::new(b"lock:").unwrap();
+        for name in [&b"x"[..], b"a}:limit:gcra:lock:b", b"{t}y", b""] {
+            let key = space.limiter(b"window", name);
+            assert_eq!(space.limiter_of(&key), Some((&b"window"[..], name)));
+        }
+        let other = KeySpace::new(b"other:").unwrap();
+        assert_eq!(other.limiter_of(&space.limiter(b"gcra", b"x")), None);
+        assert_eq!(space.limiter_of(&space.lock_keys(b"x").queue), None);
+        assert_eq!(
+            space.limiter_pattern(b"r*"),
+            b"lock_manager:{*}:limit:*:lock:r*"
+        );
     }
 
     #[test]

@@ -35,11 +35,21 @@ impl LimitKind {
         }
     }
 
-    fn name(self) -> &'static [u8] {
+    pub const ALL: [LimitKind; 3] = [LimitKind::Gcra, LimitKind::Window, LimitKind::Sliding];
+
+    pub fn name(self) -> &'static [u8] {
         match self {
             LimitKind::Gcra => b"gcra",
             LimitKind::Window => b"window",
             LimitKind::Sliding => b"sliding",
+        }
+    }
+
+    fn script(self) -> &'static LuaScript {
+        match self {
+            LimitKind::Gcra => &LIMIT_GCRA,
+            LimitKind::Window => &LIMIT_WINDOW,
+            LimitKind::Sliding => &LIMIT_SLIDING,
         }
     }
 }
@@ -51,6 +61,22 @@ pub struct LimitRule {
     pub count: f64,
     pub period: Duration,
     pub burst: u64,
+}
+
+/// What a limiter holds now, as its script reads it by the rule stored with its count.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Peek {
+    /// Units counted: GCRA's burst less what could go now; a window's count.
+    pub used: u64,
+    /// Units that could go now.
+    pub remaining: u64,
+    /// Until one more unit would be admitted: zero while any could.
+    pub retry_after: Duration,
+    /// Until the limiter is idle again.
+    pub reset_after: Duration,
+    /// The stored rule as its script's first two arguments: GCRA's emission interval (µs) and
+    /// burst; a window's length (µs) and limit.
+    pub rule: [String; 2],
 }
 
 /// One limiter: its key and the script arguments its rule makes, computed once.
@@ -80,26 +106,18 @@ impl LockCore {
     pub fn limiter(&self, name: &[u8], rule: LimitRule) -> Limiter {
         let period_us = rule.period.as_micros();
         // GCRA: the emission interval (µs, a decimal) and the burst; a window: its length and limit.
-        let (script, rule_args) = match rule.kind {
-            LimitKind::Gcra => (
-                &*LIMIT_GCRA,
-                [
-                    format!("{}", period_us as f64 / rule.count),
-                    rule.burst.to_string(),
-                ],
-            ),
-            LimitKind::Window => (
-                &*LIMIT_WINDOW,
-                [period_us.to_string(), format!("{}", rule.count)],
-            ),
-            LimitKind::Sliding => (
-                &*LIMIT_SLIDING,
-                [period_us.to_string(), format!("{}", rule.count)],
-            ),
+        let rule_args = match rule.kind {
+            LimitKind::Gcra => [
+                format!("{}", period_us as f64 / rule.count),
+                rule.burst.to_string(),
+            ],
+            LimitKind::Window | LimitKind::Sliding => {
+                [period_us.to_string(), format!("{}", rule.count)]
+            }
         };
         Limiter {
             key: self.keys().limiter(rule.kind.name(), name),
-            script,
+            script: rule.kind.script(),
             rule_args,
         }
     }
@@ -184,6 +202,54 @@ impl LockCore {
                     .run::<redis::Value>(conn, &[&limiter.key], &args)
             })
             .map(|_| ())
+    }
+
+    /// What the limiter `name` of `kind` holds now, by the rule stored with its count: what one
+    /// unit would meet (`Peek`), changing nothing; `None` when it is idle.
+    pub fn peek(
+        &self,
+        kind: LimitKind,
+        name: &[u8],
+        interrupt: &Interrupt,
+    ) -> Result<Option<Peek>, LockError> {
+        let key = self.keys().limiter(kind.name(), name);
+        let reply: Option<(i64, i64, i64, i64, String, String)> =
+            self.pool().round_trip(&key, interrupt, None, |conn, _| {
+                kind.script().run(conn, &[&key], &[b"", b"", b"1", b"peek"])
+            })?;
+        let micros = |n: i64| Duration::from_micros(n.max(0).unsigned_abs());
+        Ok(
+            reply.map(|(used, remaining, retry, reset, first, second)| Peek {
+                used: used.max(0).unsigned_abs(),
+                remaining: remaining.max(0).unsigned_abs(),
+                retry_after: micros(retry),
+                reset_after: micros(reset),
+                rule: [first, second],
+            }),
+        )
+    }
+
+    /// Forgets what the limiters `name` of `kinds` have counted, in one command (their keys share
+    /// a slot); whether any had counted anything.
+    pub fn reset_named(
+        &self,
+        name: &[u8],
+        kinds: &[LimitKind],
+        interrupt: &Interrupt,
+    ) -> Result<bool, LockError> {
+        let keys: Vec<Vec<u8>> = kinds
+            .iter()
+            .map(|kind| self.keys().limiter(kind.name(), name))
+            .collect();
+        let Some(first) = keys.first() else {
+            return Ok(false);
+        };
+        self.pool().round_trip(first, interrupt, None, |conn, _| {
+            redis::cmd("DEL")
+                .arg(&keys)
+                .query::<i64>(conn)
+                .map(|n| n > 0)
+        })
     }
 
     /// Forgets what the limiter has counted; whether it had counted anything.

@@ -23,6 +23,16 @@ module LockManager
         new(KINDS[option], Arguments.positive_integer(amount, option), per, 1)
       end
 
+      # The rule a limiter's key was kept by, as its script stores it: GCRA's emission interval
+      # (µs) and burst, a window's length (µs) and limit. A slow rate reads "1 per <interval>s".
+      def self.stored(kind, micros, number)
+        seconds = micros / 1_000_000
+        return new(kind, number, seconds, 1) unless kind == :gcra
+        return new(kind, 1.0, seconds, number) if seconds >= 1
+
+        new(kind, 1 / seconds, 1.0, number)
+      end
+
       def self.one_of(**options)
         given = options.compact
         return given.first if given.size == 1

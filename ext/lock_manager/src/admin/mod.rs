@@ -18,8 +18,10 @@ use crate::pool::Pool;
 use crate::scripts::FORCE_RELEASE;
 use crate::transport::on_node;
 
+mod limiters;
 mod views;
 
+pub use limiters::LimiterView;
 use views::{read_locks, Read, Target};
 pub use views::{HolderView, LockView, WaiterView};
 
@@ -102,11 +104,13 @@ impl LockCore {
 /// Keys (without the prefix) SCAN found on one master, and its pool.
 pub type NodeKeys = (Arc<Pool>, Vec<Vec<u8>>);
 
-/// A SCAN of the locks of one pattern over every master, a batch at a time. A key SCAN returns
-/// twice (it may, while Redis resizes its tables) is given once.
+/// A SCAN of the locks (or the limiters) of one pattern over every master, a batch at a time. A
+/// key SCAN returns twice (it may, while Redis resizes its tables) is given once.
 pub struct Scan {
     /// MATCH: the key prefix, its glob characters escaped, then the caller's pattern.
     matching: Vec<u8>,
+    /// What is cut from the front of each key found: the key prefix of a lock's key.
+    strip: usize,
     masters: Option<Vec<Arc<Pool>>>,
     /// The master being scanned, and its cursor.
     node: usize,
@@ -119,8 +123,18 @@ pub struct Scan {
 impl Scan {
     /// `pattern`: a Redis glob over keys without the prefix.
     pub fn new(core: &LockCore, pattern: &[u8]) -> Self {
+        Self::matching(core.keys().key_pattern(pattern), core.keys().prefix().len())
+    }
+
+    /// The limiters' keys (whole) whose names match `pattern`, a Redis glob.
+    pub fn limiters(core: &LockCore, pattern: &[u8]) -> Self {
+        Self::matching(core.keys().limiter_pattern(pattern), 0)
+    }
+
+    fn matching(matching: Vec<u8>, strip: usize) -> Self {
         Scan {
-            matching: core.keys().key_pattern(pattern),
+            matching,
+            strip,
             masters: None,
             node: 0,
             cursor: 0,
@@ -129,7 +143,7 @@ impl Scan {
         }
     }
 
-    /// The next keys (without the prefix) of one master: about `BATCH`, fewer when it has no
+    /// The next keys (without the prefix, for locks) of one master: about `BATCH`, fewer when it has no
     /// more; `None` once every master is done. Nothing changes unless it succeeds, so a call cut
     /// short may be made again.
     pub fn next_keys(
@@ -140,7 +154,6 @@ impl Scan {
         if self.masters.is_none() {
             self.masters = Some(core.pool().masters()?);
         }
-        let prefix_len = core.keys().prefix().len();
         loop {
             let Some(pool) = self
                 .masters
@@ -170,9 +183,9 @@ impl Scan {
             })?;
             let mut keys = Vec::with_capacity(found.len());
             for key in found {
-                if key.len() >= prefix_len && self.seen.insert(self.hasher.hash_one(key.as_slice()))
+                if key.len() >= self.strip && self.seen.insert(self.hasher.hash_one(key.as_slice()))
                 {
-                    keys.push(key[prefix_len..].to_vec());
+                    keys.push(key[self.strip..].to_vec());
                 }
             }
             self.cursor = cursor;

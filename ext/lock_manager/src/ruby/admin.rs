@@ -4,14 +4,17 @@
 //! - a lock: `[key, limit or nil, holders, waiters]`;
 //! - a holder: `[token, jid, host, pid, thread, since ms, ttl ms]`: host, pid, thread and since
 //!   from its token when it has the holder format (`token.rs`), else the token is a job's id;
-//! - a waiter: `[token, host, pid, thread, since µs]` (since: when it queued, Redis's clock).
+//! - a waiter: `[token, host, pid, thread, since µs]` (since: when it queued, Redis's clock);
+//! - a limiter: `[name, kind, used, remaining, retry_after s, reset_after s, rule, rule]` (the
+//!   rule as its script keeps it: GCRA's interval in µs and burst, a window's µs and limit).
 
 use std::sync::{Arc, Mutex};
 
 use magnus::{method, prelude::*, Error, IntoValue, RArray, RClass, RModule, RString, Ruby, Value};
 
-use crate::admin::{HolderView, LockView, Scan, WaiterView};
+use crate::admin::{HolderView, LimiterView, LockView, Scan, WaiterView};
 use crate::error::LockError;
+use crate::limits::LimitKind;
 use crate::lock_core::LockCore;
 use crate::ruby::call::{blocking, copy_bytes, copy_keys};
 use crate::ruby::errors;
@@ -23,6 +26,8 @@ pub fn init(ruby: &Ruby, native: RModule) -> Result<(), Error> {
     locker.define_method("admin_scan", method!(admin_scan, 2))?;
     locker.define_method("admin_locks", method!(admin_locks, 2))?;
     locker.define_method("admin_release", method!(admin_release, 1))?;
+    locker.define_method("admin_limiters", method!(admin_limiters, 2))?;
+    locker.define_method("admin_reset_limiter", method!(admin_reset_limiter, 2))?;
     let scan = native.define_class("AdminScan", ruby.class_object())?;
     scan.undef_default_alloc_func();
     scan.define_method("next_batch", method!(NativeScan::next_batch, 0))?;
@@ -97,6 +102,50 @@ fn admin_release(ruby: &Ruby, rb_self: &NativeLocker, key: RString) -> Result<bo
     })
 }
 
+/// The limiters whose names match `pattern`, sorted, the first `limit` (nil: all).
+fn admin_limiters(
+    ruby: &Ruby,
+    rb_self: &NativeLocker,
+    pattern: RString,
+    limit: Option<usize>,
+) -> Result<RArray, Error> {
+    let pattern = copy_bytes(pattern);
+    let to_ruby = |e| {
+        let subject = format!("limiters matching {}", errors::quote_key(&pattern));
+        errors::for_subject(ruby, e, &subject)
+    };
+    let views = blocking(ruby, to_ruby, |i| {
+        rb_self.core().limiter_views(&pattern, limit, i)
+    })?;
+    Ok(ruby.ary_from_iter(views.iter().map(|view| limiter(ruby, view))))
+}
+
+/// Forgets the counts of the limiters `name` of `kind` ("gcra", "window", "sliding"; nil: every
+/// kind): whether one had counted anything.
+fn admin_reset_limiter(
+    ruby: &Ruby,
+    rb_self: &NativeLocker,
+    name: RString,
+    kind: Option<String>,
+) -> Result<bool, Error> {
+    let kinds = match kind.as_deref().map(LimitKind::parse) {
+        None => LimitKind::ALL.to_vec(),
+        Some(Some(kind)) => vec![kind],
+        Some(None) => {
+            let message = format!("unknown limiter kind {:?}", kind.unwrap_or_default());
+            return Err(Error::new(ruby.exception_arg_error(), message));
+        }
+    };
+    let name_bytes = copy_bytes(name);
+    let to_ruby = |e| {
+        let subject = format!("limiter {}", errors::quote_key(&name_bytes));
+        errors::for_subject(ruby, e, &subject)
+    };
+    blocking(ruby, to_ruby, |i| {
+        rb_self.core().reset_named(&name_bytes, &kinds, i)
+    })
+}
+
 /// The gem's exception for `error` (a ConnectionError for Redis down...), its message about the
 /// listing rather than one lock.
 fn listing_error(ruby: &Ruby, error: LockError, pattern: &[u8]) -> Error {
@@ -108,6 +157,23 @@ fn lock(ruby: &Ruby, view: &LockView) -> Value {
     let holders = ruby.ary_from_iter(view.holders.iter().map(|h| holder(ruby, h)));
     let waiters = ruby.ary_from_iter(view.waiters.iter().map(|w| waiter(ruby, w)));
     (text(ruby, &view.key), view.limit(), holders, waiters).into_value_with(ruby)
+}
+
+fn limiter(ruby: &Ruby, view: &LimiterView) -> Value {
+    let kind = std::str::from_utf8(view.kind.name()).unwrap_or_default();
+    let state = &view.state;
+    let [first, second] = &state.rule;
+    (
+        text(ruby, &view.name),
+        kind,
+        state.used,
+        state.remaining,
+        state.retry_after.as_secs_f64(),
+        state.reset_after.as_secs_f64(),
+        first.as_str(),
+        second.as_str(),
+    )
+        .into_value_with(ruby)
 }
 
 fn holder(ruby: &Ruby, holder: &HolderView) -> Value {
