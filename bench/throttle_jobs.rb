@@ -37,11 +37,32 @@ module RecordedStart
   end
 end
 
-# 1 run a second per run of the bench: a refused job comes back at the rule's retry_after (+ <= 10%).
+# 1 run a second per run of the bench, by each kind of rate rule: a refused job is promised its
+# own moment and comes back at its retry_after.
 class ThrottledBenchJob
   include LockManager::Worker
   include RecordedStart
-  throttle_with sliding_window: 1, per: 1, key: ->(run, *) { "bench-throttle:#{run}" }
+  throttle_with rate: 1, per: 1, key: ->(run, *) { "bench-throttle:#{run}" }
+
+  def perform(_run, number)
+    record(number)
+  end
+end
+
+class WindowBenchJob
+  include LockManager::Worker
+  include RecordedStart
+  throttle_with window: 1, per: 1, key: ->(run, *) { "bench-window:#{run}" }
+
+  def perform(_run, number)
+    record(number)
+  end
+end
+
+class SlidingBenchJob
+  include LockManager::Worker
+  include RecordedStart
+  throttle_with sliding_window: 1, per: 1, key: ->(run, *) { "bench-sliding:#{run}" }
 
   def perform(_run, number)
     record(number)
