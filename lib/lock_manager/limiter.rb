@@ -5,10 +5,16 @@ require_relative "limits/rule"
 module LockManager
   # What one decision of a Limiter said: admitted or not, the units that could go right now, and
   # in seconds how long until this call would be admitted (0 when it was) and until the limiter
-  # is back to full. (`receipt`: what Limiter#give_back needs.)
+  # is back to full. (`receipt`: what Limiter#give_back needs; for a job's refusal, its promise.)
   Limit = Struct.new(:admitted, :remaining, :retry_after, :reset_after, :receipt) do
     def admitted?
       admitted
+    end
+
+    # A job's refusal that holds a promise: the units are its when it comes back at retry_after.
+    # @api private
+    def promise
+      receipt if !admitted && receipt&.any?(&:nonzero?)
     end
 
     def inspect
@@ -26,6 +32,11 @@ module LockManager
   #   LockManager::Limiter.window("exports:#{id}", 10, per: 3600).try_acquire # => #<LockManager::Limit ...>
   class Limiter
     attr_reader :name, :rule
+
+    # How long a job back for its promise may wait for it, rather than leave again: a scheduler
+    # brings jobs back late by different amounts (Sidekiq's poll), and a smooth rate admits each
+    # only one interval after the one before it.
+    PROMISE_WAIT = 1.0
 
     class << self
       # At most `limit` per window of `per` seconds, the windows aligned to Redis's clock.
@@ -62,16 +73,18 @@ module LockManager
     def try_acquire(cost: 1, wait: nil)
       cost = rule.check_cost(cost)
       wait = wait.nil? || wait == 0 ? nil : Arguments.seconds(wait, :wait).to_f # rubocop:disable Style/NumericPredicate
-      decide(cost, wait)
+      decide(cost, wait, nil, nil)
     end
 
     # One unit for a job's rule (throttle_with): `job` ({ class:, jid: }) joins the event's payload.
+    # A refusal takes a promise of the unit for when the job comes back (Limit#promise); `promise`
+    # redeems the one an earlier refusal gave, waiting for it up to PROMISE_WAIT.
     # When Redis cannot be reached, the Locker's on_redis_error: raised, or (logged) nil for :run,
     # the rule passed over, and a refusal with no retry_after for :skip.
     # @api private
     # @return [Limit, nil]
-    def try_acquire_for(job)
-      decide(1, nil, job)
+    def try_acquire_for(job, promise = nil)
+      decide(1, promise && PROMISE_WAIT, job, promise || true)
     rescue ConnectionError => e
       Limit.new(false, 0, nil, nil) unless unreachable(e, locker.on_redis_error) == :run
     end
@@ -115,8 +128,8 @@ module LockManager
 
     private
 
-    def decide(cost, wait, job = nil)
-      limit = Limit.new(*native.decide(cost, wait)).freeze
+    def decide(cost, wait, job, promise)
+      limit = Limit.new(*native.decide(cost, wait, promise)).freeze
       Instrumentation.throttled(self, cost, limit, job) if Events.on?(Instrumentation::THROTTLE)
       limit
     end

@@ -72,6 +72,19 @@ RSpec.describe "throttle_with under ActiveJob" do
                                   "limiter \"exports:#{run}:a\" is over its limit; runs again in")
   end
 
+  it "carries the refused job's promise in its serialized data, and redeems it from there" do
+    3.times { |n| AjThrottle::ExportJob.new(run, "e", "p#{n}").perform_now }
+    again = adapter.enqueued_jobs.last
+    next_window = (Time.now.to_i / 3600) + 1
+    expect(again["lock_manager_promises"]).to eq("window:exports:#{run}:e" => [next_window, 0])
+
+    # Performed again from its data before its window: refused on its promise, which it keeps.
+    ActiveJob::Base.execute(again.except(:job, :args, :at, :queue).transform_keys(&:to_s))
+    expect(ran.size).to eq(2)
+    expect(adapter.enqueued_jobs.last["lock_manager_promises"]).to eq(again["lock_manager_promises"])
+    expect(adapter.enqueued_jobs.last.fetch(:at)).to be_within(5).of(again.fetch(:at))
+  end
+
   it "gives back the account's export when the partner's rule refuses the job" do
     AjThrottle::ExportJob.new(run, "b", "p").perform_now
     AjThrottle::ExportJob.new(run, "b", "p").perform_now

@@ -86,6 +86,21 @@ RSpec.describe "throttle_with under a real Sidekiq", timeout: 90 do
     expect(second - first).to be_between(1.9, 8)
   end
 
+  it "brings jobs refused together back one after the other, each pushed again once, on its promise" do
+    jids = Array.new(4) { |n| push("SmoothJob", run, n) }
+    eventually(timeout: 20) { jids.count { |jid| scheduled(jid) } == 3 }
+    promised = jids.filter_map { |jid| scheduled(jid) }
+    expect(promised.map { |job| job["lock_manager_promises"] }).to all(eq("gcra:smooth:#{run}" => [1, 0]))
+    # Their own moments, 2 s apart: not one retry_after for all.
+    expect(promised.map { |job| job["at"] }.sort.each_cons(2).map { |a, b| b - a }).to all(be_within(0.2).of(2))
+
+    eventually(timeout: 30) { runs(Array.new(4) { |n| "#{run}-#{n}" }).size == 4 }
+    starts = runs(Array.new(4) { |n| "#{run}-#{n}" }).map(&:last).sort
+    # The rule: one every 2 s (the jobs' own clocks, after admission: a loaded machine's slack).
+    expect(starts.each_cons(2).map { |a, b| b - a }).to all(be >= 1.7)
+    jids.each { |jid| expect(@sidekiq.log.scan("throttled SmoothJob jid=#{jid}:").size).to be <= 1 }
+  end
+
   it "keeps a unique job's lock while it waits for its rule: its duplicate is refused meanwhile" do
     push("UniqueThrottledJob", run, 1) # runs, and spends the hour's one
     eventually(timeout: 20) { runs(["#{run}-1"]).any? }

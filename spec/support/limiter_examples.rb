@@ -121,6 +121,16 @@ RSpec.shared_examples "a limiter backend" do
     end
   end
 
+  it "gives back nothing of a smooth rate's unit whose interval has passed: later units stand there" do
+    api = LockManager::Limiter.new(limiter_name, rate: 1, per: 0.5, burst: 1)
+    first = api.try_acquire
+    sleep 0.6
+    expect(api.try_acquire).to be_admitted
+
+    api.give_back(first)
+    expect(api.try_acquire).not_to be_admitted # else two units within far less than 0.5 s
+  end
+
   it "forgets what it counted on reset" do
     exports = LockManager::Limiter.window(limiter_name, 1, per: 3600)
     exports.try_acquire
@@ -129,5 +139,63 @@ RSpec.shared_examples "a limiter backend" do
     expect(exports.try_acquire).to be_admitted
     exports.reset
     expect(exports.reset).to be(false)
+  end
+
+  describe "promises to jobs" do
+    let(:job) { { class: "PartnerJob", jid: "abc" } }
+
+    # Each refused job is told its own moment, one unit after the one before; each is admitted when
+    # it comes back then, and newcomers (a plain call) queue behind the promises.
+    def promised_in_turn(limiter, spacing)
+      expect(limiter.try_acquire_for(job)).to be_admitted
+      started = monotonic
+      refused = Array.new(2) { limiter.try_acquire_for(job) }
+      expect(refused.map(&:admitted?)).to eq([false, false])
+      expect(refused.map(&:promise)).to all(be_an(Array))
+      waits = refused.map(&:retry_after)
+      expect(waits.last - waits.first).to be_within(0.1).of(spacing)
+      newcomer = limiter.try_acquire
+      expect(newcomer.retry_after).to be > waits.last
+      expect(newcomer.promise).to be_nil # a plain call takes no promise
+
+      refused.zip(waits).each do |limit, wait|
+        sleep([started + wait - monotonic, 0].max)
+        expect(limiter.try_acquire_for(job, limit.promise)).to be_admitted
+      end
+    end
+
+    it "gives a smooth rate's refused jobs one moment each, and admits each then" do
+      promised_in_turn(LockManager::Limiter.new(limiter_name, rate: 2, per: 1, burst: 1), 0.5)
+    end
+
+    it "gives a fixed window's refused jobs the next windows with room, and admits each there" do
+      exports = LockManager::Limiter.window(limiter_name, 1, per: 2)
+      promised_in_turn(exports, 2.0)
+    end
+
+    it "gives an exact sliding window's refused jobs one moment each, and admits each then" do
+      promised_in_turn(LockManager::Limiter.sliding_window(limiter_name, 1, per: 1), 1.0)
+    end
+
+    it "keeps a promise asked for too early, and waits for it up to PROMISE_WAIT" do
+      api = LockManager::Limiter.new(limiter_name, rate: 1, per: 0.5, burst: 1)
+      api.try_acquire_for(job)
+      refused = api.try_acquire_for(job)
+      expect(refused.retry_after).to be_between(0.3, 0.5)
+
+      took = elapsed { expect(api.try_acquire_for(job, refused.promise)).to be_admitted }
+      expect(took).to be_between(0.25, LockManager::Limiter::PROMISE_WAIT)
+    end
+
+    it "never admits more than the rule with promises: a window counts them in their window" do
+      exports = LockManager::Limiter.window(limiter_name, 2, per: 3600)
+      limits = Array.new(5) { exports.try_acquire_for(job) }
+      expect(limits.map(&:admitted?)).to eq([true, true, false, false, false])
+      expect(limits.last(3).map { |l| l.promise.first - limits.first.receipt.first }).to eq([1, 1, 2])
+      # Coming back early (still in this window) is refused, keeping the promise.
+      early = exports.try_acquire_for(job, limits[2].promise)
+      expect(early).to have_attributes(admitted?: false, promise: limits[2].promise)
+      expect(exports.try_acquire).not_to be_admitted
+    end
   end
 end

@@ -51,6 +51,17 @@ class SoonJob
   end
 end
 
+# One run every 2 s, one at a time: jobs refused together are each promised their own moment.
+class SmoothJob
+  include LockManager::Worker
+  include RecordedRun
+  throttle_with rate: 1, per: 2, key: ->(run, *) { "smooth:#{run}" }
+
+  def perform(run, number)
+    record("#{run}-#{number}")
+  end
+end
+
 # Unique until executed, and throttled: the rescheduled job keeps its jid and its lock.
 class UniqueThrottledJob
   include LockManager::Worker

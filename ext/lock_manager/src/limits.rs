@@ -87,6 +87,18 @@ pub struct Limiter {
     rule_args: [String; 2],
 }
 
+/// What a decision asks for.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Ask {
+    /// The units, now.
+    Now,
+    /// The units now, or else a promise of them (a job that will come back at `retry_after`):
+    /// a refusal's receipt is then its promise. A sliding window promises nothing.
+    OrPromise,
+    /// The units of a promise an earlier refusal gave (its receipt), or else another promise.
+    Redeem([i64; 2]),
+}
+
 /// What one decision said.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Decision {
@@ -97,7 +109,8 @@ pub struct Decision {
     pub retry_after: Duration,
     /// Until the limiter is idle again (full capacity).
     pub reset_after: Duration,
-    /// What `give_back` needs to return the units an admitted decision took.
+    /// What `give_back` needs to return the units an admitted decision took; for a refusal, the
+    /// promise it holds (`Ask::Redeem` takes it), `[0, 0]` for none.
     pub receipt: [i64; 2],
 }
 
@@ -127,13 +140,23 @@ impl LockCore {
         &self,
         limiter: &Limiter,
         cost: u32,
+        ask: Ask,
         interrupt: &Interrupt,
     ) -> Result<Decision, LockError> {
         let cost_arg = cost.to_string();
-        let args: [&[u8]; 3] = [
+        let (mode, promise): (&[u8], _) = match ask {
+            Ask::Now => (b"", [0, 0]),
+            Ask::OrPromise => (b"promise", [0, 0]),
+            Ask::Redeem(promise) => (b"redeem", promise),
+        };
+        let promise = promise.map(|n| n.to_string());
+        let args: [&[u8]; 6] = [
             limiter.rule_args[0].as_bytes(),
             limiter.rule_args[1].as_bytes(),
             cost_arg.as_bytes(),
+            mode,
+            promise[0].as_bytes(),
+            promise[1].as_bytes(),
         ];
         let (reply, acknowledged) =
             self.pool()
@@ -141,10 +164,17 @@ impl LockCore {
                     let reply = limiter
                         .script
                         .run::<redis::Value>(conn, &[&limiter.key], &args)?;
-                    let acknowledged = self.acknowledged_if(admits(&reply), conn)?;
+                    let acknowledged = self.acknowledged_if(wrote(&reply), conn)?;
                     Ok((reply, acknowledged))
                 })?;
-        let decision = decision_from(reply)?;
+        let mut decision = decision_from(reply)?;
+        if !decision.admitted {
+            // A promise the replicas may not have is none: a failover could forget it.
+            if !self.replicated(acknowledged) {
+                decision.receipt = [0, 0];
+            }
+            return Ok(decision);
+        }
         // With `min_replicas`, an admitted decision counts once the replicas have it, as a lock's
         // acquisition: else its units are given back, so that a failover cannot forget them.
         self.undone_unless_replicated(&limiter.key, acknowledged, |undo| {
@@ -155,19 +185,24 @@ impl LockCore {
 
     /// Decides, and while refused waits out `retry_after` as long as that ends before `deadline`
     /// (Ruby may interrupt the wait): the last decision. Waiters do not queue: after a wait,
-    /// another caller may take the units first, and this one waits again.
+    /// another caller may take the units first, and this one waits again; a job's promise, once
+    /// given, is what it asks for after each wait.
     pub fn decide_until(
         &self,
         limiter: &Limiter,
         cost: u32,
+        mut ask: Ask,
         deadline: Instant,
         interrupt: &Interrupt,
     ) -> Result<Decision, LockError> {
         loop {
-            let decision = self.decide(limiter, cost, interrupt)?;
+            let decision = self.decide(limiter, cost, ask, interrupt)?;
             let retry_at = Instant::now() + decision.retry_after;
             if decision.admitted || retry_at > deadline {
                 return Ok(decision);
+            }
+            if ask != Ask::Now && decision.receipt != [0, 0] {
+                ask = Ask::Redeem(decision.receipt);
             }
             interrupt.sleep_until(retry_at)?;
         }
@@ -268,9 +303,14 @@ impl LockCore {
     }
 }
 
-/// Whether a script's reply admits (its first number is 1), before it is read in full.
-fn admits(reply: &redis::Value) -> bool {
-    matches!(reply, redis::Value::Array(numbers) if numbers.first() == Some(&redis::Value::Int(1)))
+/// Whether a script's reply admits (its first number is 1) or promises (its receipt is not
+/// `[0, 0]`): what it wrote the replicas must have. Read before the reply is read in full.
+fn wrote(reply: &redis::Value) -> bool {
+    use redis::Value::{Array, Int};
+    let Array(numbers) = reply else {
+        return false;
+    };
+    numbers.first() == Some(&Int(1)) || numbers.iter().skip(4).any(|n| *n != Int(0))
 }
 
 /// `{admitted, remaining, retry after µs, reset after µs, receipt, receipt}`, as every

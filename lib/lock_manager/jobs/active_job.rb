@@ -140,7 +140,9 @@ module LockManager
       throttles = self.class.lock_manager_throttles
       return lock_manager_locked(&block) if throttles.empty?
 
-      refusal = JobThrottle.run(throttles, self.class.name, job_id, arguments) { lock_manager_locked(&block) }
+      refusal = JobThrottle.run(throttles, self.class.name, job_id, arguments, @lock_manager_promises) do
+        lock_manager_locked(&block)
+      end
       lock_manager_throttled(refusal) if refusal
     end
 

@@ -10,11 +10,15 @@ module LockManager
   #
   # A job starts only when all its rules admit it; one that refuses gives back what the ones
   # before it took, and the job runs again at the refusal's retry_after (see JobThrottle.run).
+  # A rate rule that refuses a job promises it its unit for then, so jobs refused together come
+  # back one after the other, each admitted once, rather than all at once to be refused again.
+  # The promises travel with the job: { "<kind>:<limiter name>" => promise }.
   class JobThrottle
     ON_LIMIT = %i[reschedule raise].freeze
-    # A refusal: the rule, its limiter, and seconds until it would admit the job (nil for a
-    # concurrency rule, which frees a place when a job leaves: `reschedule_in`).
-    Refusal = Struct.new(:throttle, :limiter, :retry_after) do
+    # A refusal: the rule, its limiter, seconds until it would admit the job (nil for a
+    # concurrency rule, which frees a place when a job leaves: `reschedule_in`), the promises the
+    # job holds now, and whether this rule's retry_after is one of them.
+    Refusal = Struct.new(:throttle, :limiter, :retry_after, :promises, :promised) do
       # What on_limit: :raise raises: the limiter's name, its rule and retry_after.
       def error
         OverLimit.new(limiter.name, retry_after, limiter.rule)
@@ -57,26 +61,25 @@ module LockManager
       # concurrency rules around the block. A refusal gives back what the rules before it took, and
       # so does a block that says it did not run the job (its lock was held).
       # @param jid [String] the job's id (Sidekiq's jid, ActiveJob's job_id), for the events
+      # @param promises [Hash, nil] what earlier refusals promised the job (Refusal#promises)
       # @yieldreturn [Boolean] whether the job ran
       # @return [Refusal, nil] nil when the rules admitted the job
-      def run(throttles, class_name, jid, args, &job)
+      def run(throttles, class_name, jid, args, promises = nil, &job)
         limiters, places = throttles.partition { |throttle| !throttle.concurrency? }
+        promises = promises&.dup || {}
         taken = []
         limiters.each do |throttle|
-          limiter = throttle.limiter(class_name, args)
-          limit = limiter.try_acquire_for({ class: class_name, jid: jid }) or next # unreachable, :run
-          taken << [limiter, limit] and next if limit.admitted?
-
-          give_back(taken)
-          return Refusal.new(throttle, limiter, limit.retry_after)
+          refusal = take(throttle, { class: class_name, jid: jid }, args, promises, taken)
+          return refusal if refusal
         end
-        within(places, class_name, args, taken, &job)
+        within(places, class_name, args, taken, promises, &job)
       end
 
       # What a refused job does, under Sidekiq and ActiveJob alike; each framework says only how it
-      # logs a line about the job and how it runs the job again later. on_limit: :raise raises
-      # OverLimit; else the job runs again at its retry_after (or the rule's reschedule_in) plus up
-      # to a tenth more, so that the jobs one refusal sent away do not all come back at once.
+      # logs a line about the job and how it runs the job again later (with Refusal#promises).
+      # on_limit: :raise raises OverLimit; else the job runs again at its retry_after: its own
+      # moment when the rule promised it one, else (or at the rule's reschedule_in) plus up to a
+      # tenth more, so that the jobs one refusal sent away do not all come back at once.
       # @param id [String] the job's id as the line names it ("jid=…", "job_id=…")
       # @param log [#call] called with the line
       # @param reschedule [#call] called with the seconds after which the job runs again
@@ -92,22 +95,47 @@ module LockManager
 
       private
 
+      # One rate rule's unit for the job, added to `taken`; or the Refusal, once what the rules
+      # before it took is given back.
+      def take(throttle, job, args, promises, taken)
+        limiter = throttle.limiter(job[:class], args)
+        limit = decide(limiter, job, promises) or return # unreachable, :run
+        if limit.admitted?
+          taken << [limiter, limit]
+          return
+        end
+
+        give_back(taken)
+        Refusal.new(throttle, limiter, limit.retry_after, promises, !limit.promise.nil?)
+      end
+
+      # The limiter's decision for the job, redeeming the promise it holds there (gone from
+      # `promises` once asked for) and keeping the one a refusal gives.
+      def decide(limiter, job, promises)
+        promised_as = "#{limiter.rule.kind}:#{limiter.name}"
+        limit = limiter.try_acquire_for(job, promises.delete(promised_as))
+        promises[promised_as] = limit.promise if limit&.promise
+        limit
+      end
+
       def delay(refusal)
+        return refusal.retry_after if refusal.promised
+
         (refusal.retry_after || refusal.throttle.reschedule_in) * (1 + (rand / 10))
       end
 
       # The concurrency rules, one inside the other, around the job.
-      def within(places, class_name, args, taken, &job)
+      def within(places, class_name, args, taken, promises, &job)
         return (job.call ? nil : give_back(taken)) if places.empty?
 
         throttle, *rest = places
         limiter = throttle.limiter(class_name, args)
-        limiter.within_limit { within(rest, class_name, args, taken, &job) }
+        limiter.within_limit { within(rest, class_name, args, taken, promises, &job) }
       rescue OverLimit => e
         raise unless e.limiter == limiter&.name && e.retry_after.nil?
 
         give_back(taken)
-        Refusal.new(throttle, limiter, nil)
+        Refusal.new(throttle, limiter, nil, promises, false)
       end
 
       def give_back(taken)

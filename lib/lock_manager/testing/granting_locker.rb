@@ -34,7 +34,7 @@ module LockManager
 
     # A limiter under `LockManager::Testing.disable!`: admits every call.
     GrantingLimiter = Struct.new(:amount) do
-      def decide(_cost, _wait)
+      def decide(_cost, _wait, _promise = nil)
         [true, amount, 0.0, 0.0, [0, 0]]
       end
 

@@ -252,6 +252,15 @@ impl LockCore {
         Ok(Some(u32::try_from(reached).unwrap_or(0)))
     }
 
+    /// Whether a write `acknowledged_if` waited for reached `min_replicas` (true when none was
+    /// asked).
+    pub(crate) fn replicated(&self, acknowledged: Option<u32>) -> bool {
+        match (self.replication, acknowledged) {
+            (Some(replication), Some(reached)) => reached >= replication.replicas,
+            _ => true,
+        }
+    }
+
     /// An acquisition that fewer than `min_replicas` acknowledged does not count: it is released
     /// (to completion, even while Ruby interrupts us) and the caller told how many did.
     fn check_replicated(&self, claim: &Claim, acknowledged: Option<u32>) -> Result<(), LockError> {
@@ -276,7 +285,7 @@ impl LockCore {
         let (Some(replication), Some(reached)) = (self.replication, acknowledged) else {
             return Ok(());
         };
-        if reached >= replication.replicas {
+        if self.replicated(acknowledged) {
             return Ok(());
         }
         undo(&Interrupt::for_current_thread());

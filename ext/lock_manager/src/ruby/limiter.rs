@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use magnus::{method, prelude::*, Error, RClass, RModule, RString, Ruby};
+use magnus::{method, prelude::*, Error, RClass, RModule, RString, Ruby, TryConvert, Value};
 
-use crate::limits::{LimitKind, LimitRule, Limiter};
+use crate::limits::{Ask, LimitKind, LimitRule, Limiter};
 use crate::lock_core::LockCore;
 use crate::request::wait_from_seconds;
 use crate::ruby::call::{blocking, copy_bytes};
@@ -28,7 +28,7 @@ pub fn init(ruby: &Ruby, native: RModule) -> Result<(), Error> {
     locker.define_method("limiter", method!(NativeLimiter::new, 5))?;
     let class = native.define_class("Limiter", ruby.class_object())?;
     class.undef_default_alloc_func();
-    class.define_method("decide", method!(NativeLimiter::decide, 2))?;
+    class.define_method("decide", method!(NativeLimiter::decide, 3))?;
     class.define_method("give_back", method!(NativeLimiter::give_back, 2))?;
     class.define_method("reset", method!(NativeLimiter::reset, 0))?;
     Ok(())
@@ -74,20 +74,30 @@ impl NativeLimiter {
     }
 
     /// One decision for `cost` units; with `wait` (seconds), waits while refused as long as the
-    /// wait ends by then.
+    /// wait ends by then. `promise`: for a job, nil (now), true (now or a promise), or the
+    /// promise an earlier refusal's receipt held, to redeem (see `limits::Ask`).
     fn decide(
         ruby: &Ruby,
         rb_self: &Self,
         cost: u32,
         wait: Option<f64>,
+        promise: Value,
     ) -> Result<RubyDecision, Error> {
+        let ask = if promise.is_nil() {
+            Ask::Now
+        } else if promise.is_kind_of(ruby.class_true_class()) {
+            Ask::OrPromise
+        } else {
+            let (first, second) = <(i64, i64)>::try_convert(promise)?;
+            Ask::Redeem([first, second])
+        };
         let deadline = wait.map(|seconds| Instant::now() + wait_from_seconds(seconds));
         let decision = blocking(ruby, rb_self.to_ruby(ruby), |interrupt| match deadline {
-            None => rb_self.core.decide(&rb_self.limiter, cost, interrupt),
+            None => rb_self.core.decide(&rb_self.limiter, cost, ask, interrupt),
             Some(deadline) => {
                 rb_self
                     .core
-                    .decide_until(&rb_self.limiter, cost, deadline, interrupt)
+                    .decide_until(&rb_self.limiter, cost, ask, deadline, interrupt)
             }
         })?;
         Ok((

@@ -7,6 +7,9 @@ module LockManager
     class ServerMiddleware
       include ::Sidekiq::ServerMiddleware if defined?(::Sidekiq::ServerMiddleware)
 
+      # Where a throttled job carries what its rules promised it (JobThrottle::Refusal#promises).
+      PROMISES = "lock_manager_promises"
+
       # @return what the rest of the chain returned, as every middleware does (perform_inline takes a
       #   falsy value for a job that did not run); nil when the job's lock was held
       def call(job_instance, job, _queue, &block)
@@ -14,7 +17,7 @@ module LockManager
         return locked(job_instance, job, &block).last if throttles.empty?
 
         value = nil
-        refusal = JobThrottle.run(throttles, Jobs.class_name(job), job["jid"], job["args"]) do
+        refusal = JobThrottle.run(throttles, Jobs.class_name(job), job["jid"], job["args"], job[PROMISES]) do
           ran, value = locked(job_instance, job, &block)
           ran
         end
@@ -41,11 +44,13 @@ module LockManager
       def throttled(job_instance, job, refusal)
         JobThrottle.handle(refusal, Jobs.class_name(job), "jid=#{job["jid"]}",
                            log: ->(line) { Jobs.log(line) },
-                           reschedule: ->(delay) { push_again(job_instance, job, delay) })
+                           reschedule: ->(delay) { push_again(job_instance, job, delay, refusal.promises) })
       end
 
-      def push_again(job_instance, job, delay)
-        ::Sidekiq::Client.push(copy_of(job_instance, job, at: Time.now.to_f + delay, keep_jid: true))
+      def push_again(job_instance, job, delay, promises)
+        again = copy_of(job_instance, job, at: Time.now.to_f + delay, keep_jid: true)
+        again[PROMISES] = promises unless promises.empty?
+        ::Sidekiq::Client.push(again)
       end
 
       def conflict(job_instance, job, lock)
