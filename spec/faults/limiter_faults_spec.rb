@@ -3,10 +3,16 @@
 require "spec_helper"
 require "rbconfig"
 require_relative "../support/fault_helpers"
+require_relative "../support/process_helpers"
 
 # What a limiter admits when Redis restarts under it, and under many processes at once: the bounds
 # docs/limits.md gives.
 RSpec.describe "Limiters under faults and load" do
+  include FaultHelpers
+  include ProcessHelpers
+
+  after { stop_all }
+
   let(:name) { "limiter:#{SecureRandom.hex(4)}" }
 
   def limiter_on(server, **rule)
@@ -37,6 +43,49 @@ RSpec.describe "Limiters under faults and load" do
     server.restart
 
     expect([admitted(exports, 8), admitted(api, 5)]).to eq([5, 3]) # the window's limit and the burst again
+  end
+
+  # A concurrency limiter's place is a lease renewed every timeout / 3 while its block runs: a living
+  # holder keeps it past its timeout, and a SIGKILLed one (no release, no more renewals) loses it when
+  # the last renewal runs out, at most `timeout` after the kill. MARGIN covers the polling (10 ms) and a
+  # loaded 2-core machine.
+  it "frees a SIGKILLed holder's concurrency place within its timeout, and keeps a living one's past it",
+     timeout: 30 do
+    margin = 1.0
+    holder = ruby_child(<<~RUBY, { "LM_URL" => redis_url, "LM_PREFIX" => prefix, "LM_NAME" => name })
+      $stdout.sync = true
+      require "lock_manager"
+      locker = LockManager::Locker.new(redis_url: ENV.fetch("LM_URL"), key_prefix: ENV.fetch("LM_PREFIX"))
+      LockManager::Limiter.concurrent(ENV.fetch("LM_NAME"), 1, timeout: 2, locker: locker).within_limit do
+        puts "inside"
+        sleep
+      end
+    RUBY
+    imports = LockManager::Limiter.concurrent(name, 1, timeout: 2, locker: new_locker)
+    admitted = lambda do
+      imports.within_limit { true }
+    rescue LockManager::OverLimit
+      false
+    end
+    expect(holder.gets).to eq("inside")
+    entered = monotonic
+
+    refusals = []
+    until monotonic - entered > 3.5 # past the timeout: only renewals keep the place
+      refusals << !admitted.call
+      sleep 0.1
+    end
+    expect(refusals).to all(be(true))
+
+    holder.kill(:KILL)
+    expect(holder.wait).to be_a(Process::Status)
+    killed = monotonic
+    sleep 0.01 until admitted.call || monotonic - killed > 10
+    freed_after = monotonic - killed
+
+    report(refusals: refusals.size, held_for: killed - entered, freed_after: freed_after)
+    expect(freed_after).to be <= 2 + margin
+    expect(held_keys(redis, "#{prefix}*")).to eq([])
   end
 
   # 6 processes of 5 threads ask a GCRA limiter (20 a second, burst 5) and a window limiter (30 per
