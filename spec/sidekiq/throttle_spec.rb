@@ -131,6 +131,47 @@ RSpec.describe "throttle_with under a real Sidekiq", timeout: 90 do
     expect(window.try_acquire.remaining).to eq(4) # the skipped job took none
   end
 
+  # 32 jobs of TwoRulesJob (2 a second, burst 2; 12 an hour) pushed at once to the 5 threads: a refused
+  # job comes back at its retry_after (plus up to 10%, and Sidekiq's poll, 0.5 s on average), asks again,
+  # and is sent to the hour's end by the window once its 12 are spent. The rate is 2 a second because
+  # that poll alone keeps a run of refused jobs near 4 a second: a rule of 5 would pass even if the
+  # limiter admitted 10. Starts are read on Redis's clock, the rules' own, but after the decision: a job
+  # that waited for a thread or the GVL started late, so each span is widened by SLACK.
+  it "runs 32 jobs of two rules on 5 threads: every span within both rules, none lost, none twice, no retries",
+     timeout: 60 do
+    rate, burst, hourly, slack = 2, 2, 12, 0.3 # rubocop:disable Style/ParallelAssignment
+    now = -> { admin.call("TIME").then { |seconds, micros| seconds.to_i + (micros.to_i / 1_000_000.0) } }
+    sleep((3600 - (now.call % 3600)) + 0.1) if 3600 - (now.call % 3600) < 30 # one window: the hour's
+    pushed_at = now.call
+    jids = Sidekiq::Client.push_bulk("class" => "TwoRulesJob", "args" => Array.new(32) { |n| [run, n] })
+    started = -> { admin.lrange("#{lock_prefix}started:#{run}", 0, -1).map { |line| JSON.parse(line) } }
+    hour_ends = ((pushed_at / 3600).floor + 1) * 3600
+    for_the_hour = -> { jids.filter_map { |jid| scheduled(jid) }.select { |job| job["at"] >= hour_ends - 1 } }
+    eventually(timeout: 30, interval: 0.1) { started.call.size + for_the_hour.call.size >= jids.size }
+    sleep 1 # anything still coming would show now
+    runs = started.call
+    times = runs.map(&:last).sort
+    spans = times.each_with_index.flat_map do |time, i|
+      times[i..].each_with_index.map { |later, n| [n + 1, later - time] } # [starts, seconds] from each start
+    end
+
+    busiest = spans.max_by { |count, span| count - (rate * span) }
+    if ENV["LM_FAULTS_TIMES"]
+      refusals = @sidekiq.log.scan(/TwoRulesJob jid=\h+: limiter "two-rules-(\w+)/).flatten.tally
+      warn "  two rules: #{{ took: (times.last - pushed_at).round(3), busiest: [busiest[0], busiest[1].round(3)],
+                             refusals: refusals }}"
+    end
+    expect(runs.map(&:first)).to eq(runs.map(&:first).uniq) # none twice
+    expect(runs.size).to eq(hourly) # all that the window allows, in the hour's window
+    expect(times.map { |time| (time / 3600).floor }.uniq).to eq([(pushed_at / 3600).floor])
+    spans.each { |count, span| expect(count).to be <= burst + (rate * (span + slack)) }
+    waiting = for_the_hour.call
+    expect(waiting.map { |job| job["jid"] }).to match_array(jids - runs.map(&:first)) # none lost, each on its jid
+    expect(waiting.map { |job| job["retry_count"] }).to all(be_nil)
+    expect(%w[retry dead].flat_map { |set| admin.zrange(set, 0, -1) }.grep(/TwoRulesJob/)).to eq([])
+    expect(admin.lrange("queue:default", 0, -1).grep(/TwoRulesJob/)).to eq([])
+  end
+
   it "raises OverLimit into Sidekiq's retries with on_limit: :raise" do
     push("RaisingThrottledJob", run, 1)
     eventually(timeout: 20) { runs(["#{run}-1"]).any? }

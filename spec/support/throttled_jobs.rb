@@ -110,3 +110,21 @@ class LockedThrottledJob
     record(run)
   end
 end
+
+# Two rules on one job, for the load example: 2 a second with a burst of 2, and 12 an hour. Each run
+# records [jid, number, Redis's TIME] in the list "started:<run>" of LOCK_PREFIX: the clock the rules
+# decide on.
+class TwoRulesJob
+  include LockManager::Worker
+  throttle_with rate: 2, per: 1, burst: 2, key: ->(run, *) { "two-rules-rate:#{run}" }
+  throttle_with window: 12, per: 3600, key: ->(run, *) { "two-rules-window:#{run}" }
+
+  def perform(run, number)
+    Sidekiq.redis do |redis|
+      seconds, micros = redis.call("TIME").map(&:to_i)
+      redis.call("RPUSH", "#{ENV.fetch("LOCK_PREFIX")}started:#{run}",
+                 JSON.generate([jid, number, seconds + (micros / 1_000_000.0)]))
+    end
+    sleep 0.1 # some work, while the other threads take jobs
+  end
+end

@@ -3,6 +3,27 @@
 require "spec_helper"
 require_relative "../support/topologies"
 
+# What the threads of a limiter example (below) were told, counted as they ran: :admitted, :refused,
+# or the error's class.
+class LimiterTally
+  def initialize
+    @mutex = Mutex.new
+    @counts = Hash.new(0)
+  end
+
+  def <<(outcome)
+    @mutex.synchronize { @counts[outcome] += 1 }
+  end
+
+  def [](outcome)
+    @mutex.synchronize { @counts[outcome] }
+  end
+
+  def to_h
+    @mutex.synchronize { @counts.transform_keys(&:to_s).sort.to_h }
+  end
+end
+
 # min_replicas: an acquisition counts only once that many replicas acknowledged it (WAIT on the
 # same connection); otherwise it is released again and NotReplicated raised. On the suite's shared
 # RedisSentinelSet where nothing is killed (its replica is only paused, and resumed), on fresh sets
@@ -264,6 +285,108 @@ RSpec.describe "min_replicas", :topology do
       tokens = events.map { |event| event[1] }.uniq
       expect(tokens).to eq(tokens.sort)
       expect(events.count { |at, _, kind| kind == :start && at > issued_at + 3 }).to be > 0 # after it, too
+    end
+  end
+
+  # A window limiter (40 an hour) asked by 4 threads, each every 50 ms, through a failover: the replica's
+  # link is cut first (its reconnections fail AUTH, so nothing reaches it any more; Redis would otherwise
+  # buffer the stream for a paused replica and apply it after), the decisions made meanwhile exist on the
+  # primary only, then the primary is SIGKILLed and the replica promoted. With min_replicas: 1 those
+  # decisions raise NotReplicated (given back), so the promoted replica has every unit a caller was told
+  # it got; without it they are forgotten and the window admits them again.
+  describe "a window limiter through a failover of a primary that the replica had stopped following" do
+    let(:fresh) { own_server(RedisSentinelSet) }
+    let(:limit) { 40 }
+
+    # Threads asking `limiter` every 50 ms until the returned lambda is called (it joins them). A
+    # decision that raised counts as its error's class, never as admitted; any other error fails the example.
+    def hammer(limiter, tally, threads: 4)
+      running = true
+      workers = Array.new(threads) do
+        Thread.new do
+          while running
+            tally << begin
+              limiter.try_acquire.admitted? ? :admitted : :refused
+            rescue LockManager::NotReplicated, LockManager::ConnectionError => e
+              e.class
+            end
+            sleep 0.05
+          end
+        end
+      end
+      lambda do
+        running = false
+        workers.each(&:join)
+      end
+    end
+
+    # The replica drops its link and cannot make it again: its primary has no password, so AUTH fails.
+    def cut_replication(replica)
+      client = client_of(replica)
+      client.call("CONFIG", "SET", "masterauth", "not-the-primary-s")
+      client.call("CLIENT", "KILL", "TYPE", "master")
+      eventually(timeout: 5) { client.info("replication")["master_link_status"] == "down" }
+    end
+
+    # Windows are aligned to Redis's clock: a run that crossed an hour would count in two of them.
+    def clear_of_the_hour(topology, run_for:)
+      seconds, = client_of(topology.primary).call("TIME").map(&:to_i)
+      left = 3600 - (seconds % 3600)
+      sleep left + 0.1 if left < run_for
+    end
+
+    # Until the tally has `count` admitted decisions, or `within` seconds passed.
+    def until_admitted(tally, count, within:)
+      deadline = monotonic + within
+      sleep 0.01 until tally[:admitted] >= count || monotonic > deadline
+    end
+
+    # The run both examples make: ~10 admitted with the link up, then the link cut for 1 s (or until
+    # the limit is spent), the primary SIGKILLed, the replica's password fixed, and the failover.
+    def run_through_failover(locker)
+      clear_of_the_hour(fresh, run_for: 60)
+      tally = LimiterTally.new
+      exports = LockManager::Limiter.window("exports", limit, per: 3600, locker: locker)
+      stop = hammer(exports, tally)
+      until_admitted(tally, 10, within: 10)
+      before_cut = tally[:admitted]
+      survivor = fresh.replica
+      cut_replication(survivor)
+      until_admitted(tally, limit, within: 1)
+      before_kill = tally[:admitted]
+      fresh.kill_primary
+      client_of(survivor).call("CONFIG", "SET", "masterauth", "")
+      expect(fresh.wait_for_failover(timeout: 30)).to eq(survivor)
+      yield
+      stop.call
+      { before_cut: before_cut, before_kill: before_kill, **tally.to_h }
+    end
+
+    it "with min_replicas: 1 never admits more than its limit: what the replica missed raised NotReplicated",
+       timeout: 120 do
+      await_acknowledgements(fresh)
+      counts = run_through_failover(replicated_locker(fresh, pool_size: 4)) do
+        fresh.restart_old_primary # nothing is admitted until a replica acknowledges again
+        fresh.wait_until_replica(fresh.replica, timeout: 45)
+        await_acknowledgements(fresh)
+        sleep 1.5 # enough for the rest of the window to be spent
+      end
+
+      measured(**counts)
+      expect(counts.fetch("admitted")).to be <= limit
+      expect(counts.fetch("admitted")).to be > counts[:before_kill] # it went on after the failover
+      expect(counts[:before_kill]).to eq(counts[:before_cut]) # nothing admitted while the replica was cut off
+      expect(counts.fetch("LockManager::NotReplicated")).to be > 0
+      expect(counts.fetch("refused")).to be > 0 # the limit was reached
+    end
+
+    it "without min_replicas admits again what the replica had not received", timeout: 120 do
+      await_acknowledgements(fresh)
+      counts = run_through_failover(locker_of(fresh, pool_size: 4)) { sleep 1.5 }
+
+      measured(**counts)
+      expect(counts[:before_kill]).to eq(limit) # spent on the primary alone
+      expect(counts.fetch("admitted")).to be >= (2 * limit) - counts[:before_cut]
     end
   end
 
