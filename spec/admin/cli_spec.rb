@@ -131,9 +131,9 @@ RSpec.describe "exe/lock_manager" do
 
   it "lists the rate limiters of a pattern: kind, rule, used, remaining, next free and reset after" do
     expect([use(LockManager::Limiter.new("api:hourly", rate: 10, per: 3600, burst: 3, locker: elsewhere), 4),
-            use(LockManager::Limiter.window("api:exports", 10, per: 3600, locker: elsewhere), 4),
+            use(LockManager::Limiter.window("api:exports", 10, per: 86_400, locker: elsewhere), 4),
             use(LockManager::Limiter.sliding_window("api:login 1.2.3.4", 5, per: 60, locker: elsewhere), 6),
-            use(LockManager::Limiter.window("other", 10, per: 3600, locker: elsewhere), 1)]).to eq([3, 4, 5, 1])
+            use(LockManager::Limiter.window("other", 10, per: 86_400, locker: elsewhere), 1)]).to eq([3, 4, 5, 1])
     held("api:lock") # a lock, not a limiter: not listed
 
     out, err, status = run_cli("limiters", "api:*")
@@ -141,7 +141,8 @@ RSpec.describe "exe/lock_manager" do
     expect([err, status]).to eq(["", 0])
     lines = out.lines.map(&:chomp)
     expect(lines.first.split(/\s{2,}/)).to eq(["NAME", "KIND", "RULE", "USED", "REMAINING", "NEXT FREE", "RESET AFTER"])
-    expect(lines[1]).to match(/\Aapi:exports\s+window\s+10 per 3600s window\s+4\s+6\s+now\s+(\d+m\d\ds|[\d.]+s)\z/)
+    expect(lines[1])
+      .to match(/\Aapi:exports\s+window\s+10 per 86400s window\s+4\s+6\s+now\s+(\d+[hm]\d\d[ms]|[\d.]+s)\z/)
     expect(lines[2])
       .to match(/\Aapi:hourly\s+gcra\s+1 per 360s, burst 3\s+3\s+0\s+in (5m5\d|6m00)s\s+(17m5\d|18m00)s\z/)
     minute = "(5\\d\\.\\ds|60\\.0s|1m00s)"
@@ -157,9 +158,9 @@ RSpec.describe "exe/lock_manager" do
   end
 
   it "resets a limiter by name, every kind of it or --kind's, and exits 1 when it had counted nothing" do
-    window = LockManager::Limiter.window("shared", 2, per: 3600, locker: elsewhere)
+    window = LockManager::Limiter.window("shared", 2, per: 86_400, locker: elsewhere) # windows end at midnight UTC
     rate = LockManager::Limiter.new("shared", rate: 1, per: 3600, burst: 2, locker: elsewhere)
-    kept = LockManager::Limiter.window("kept", 2, per: 3600, locker: elsewhere)
+    kept = LockManager::Limiter.window("kept", 2, per: 86_400, locker: elsewhere)
     expect([use(window, 2), use(rate, 2), use(kept, 1)]).to eq([2, 2, 1])
     admin = LockManager::Admin.new(new_locker)
 

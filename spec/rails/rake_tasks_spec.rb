@@ -51,7 +51,7 @@ RSpec.describe "the Rails app's lock_manager tasks", :rails do
   end
 
   it "lists and resets the rate limiters of the app's Redis under its key prefix" do
-    window = LockManager::Limiter.window("exports:1", 10, per: 3600, locker: elsewhere)
+    window = LockManager::Limiter.window("exports:1", 10, per: 86_400, locker: elsewhere) # ends at midnight UTC
     rate = LockManager::Limiter.new("exports:1", rate: 1, per: 3600, burst: 3, locker: elsewhere)
     expect([window, rate].map { |limiter| Array.new(2) { limiter.try_acquire.admitted? } }).to all(eq([true, true]))
 
