@@ -3,10 +3,11 @@
 require_relative "admin"
 
 module LockManager
-  # The `lock_manager` command (exe/lock_manager): list, show, release and watch locks through
-  # LockManager::Admin. Settings come from the environment variables LockManager::Configuration reads
-  # (Configuration::ENVIRONMENT), or, from a Rails app's tasks (bin/rails lock_manager:list), from the app's
-  # configuration; flags override them. Exit status: 0 done, 1 not found, refused or Redis failed, 2 usage.
+  # The `lock_manager` command (exe/lock_manager): list, show, release and watch locks, list and reset rate
+  # limiters (cli/limiters.rb), through LockManager::Admin. Settings come from the environment variables
+  # LockManager::Configuration reads (Configuration::ENVIRONMENT), or, from a Rails app's tasks (bin/rails
+  # lock_manager:list), from the app's configuration; flags override them. Exit status: 0 done, 1 not found,
+  # refused or Redis failed, 2 usage.
   class CLI
     OK = 0
     FAILED = 1
@@ -28,12 +29,7 @@ module LockManager
       command, args = @options.parse(@argv)
       return OK unless command
 
-      case command
-      when "list" then list(*args)
-      when "show" then show(*args)
-      when "release" then release(*args)
-      when "watch" then watch(*args)
-      end
+      public_send(command.tr("-", "_"), *args) # one of Options::COMMANDS, checked
     rescue OptionParser::ParseError, ArgumentError => e
       usage_error(e.message)
     rescue LockManager::Error => e
@@ -127,5 +123,6 @@ module LockManager
 end
 
 # Its parts, which reopen the class defined above.
+require_relative "cli/limiters"
 require_relative "cli/options"
 require_relative "cli/printer"

@@ -10,16 +10,17 @@ require "lock_manager/admin"
 module LockManager
   # The "Locks" tab of Sidekiq's Web UI (Sidekiq 6.4, 7.x and 8.x): every lock with its holders and
   # waiters, a search by pattern, a lock's page, and a force-release button behind Sidekiq's own CSRF
-  # protection. `require "lock_manager/web"` registers it; mount Sidekiq::Web as usual. See docs/web.md.
+  # protection; and its Limiters page: the rate limiters in use, each with a reset button behind the same.
+  # `require "lock_manager/web"` registers it; mount Sidekiq::Web as usual. See docs/web.md.
   module Web
     ROOT = File.expand_path("web", __dir__)
     VIEWS = File.join(ROOT, "views")
     LOCALES = File.join(ROOT, "locales")
-    # The list shows at most this many locks; a narrower pattern finds the others.
+    # The lists show at most this many locks (limiters); a narrower pattern finds the others.
     LIST_LIMIT = 500
     # What Sidekiq 7 and 8 register: the tab, its route, and ROOT's locales.
     TAB = { name: "lock_manager", tab: "Locks", index: "locks", root_dir: ROOT }.freeze
-    TEMPLATES = %w[locks lock].to_h { |name| [name, File.read(File.join(VIEWS, "#{name}.erb")).freeze] }.freeze
+    TEMPLATES = %w[locks lock limiters].to_h { |name| [name, File.read(File.join(VIEWS, "#{name}.erb")).freeze] }.freeze
 
     class << self
       # The Admin the tab reads and releases through; by default one over LockManager.locker (the
@@ -48,6 +49,11 @@ module LockManager
           erb(LockManager::Web.template(:lock))
         end
         app.post("/locks/release") { lock_manager_release }
+        app.get("/locks/limiters") do
+          lock_manager_limiters
+          erb(LockManager::Web.template(:limiters))
+        end
+        app.post("/locks/limiters/reset") { lock_manager_reset_limiter }
       end
 
       # Adds the tab through the API this Sidekiq has: `Web.configure { |config| config.register(...) }`
@@ -76,6 +82,29 @@ module LockManager
         found = lock_manager_reading { LockManager::Web.admin.locks(@pattern, limit: LIST_LIMIT + 1) } || []
         @truncated = found.size > LIST_LIMIT
         @locks = found.first(LIST_LIMIT)
+      end
+
+      # Loads the Limiters page: the limiters in use, and what a reset just did (its redirect's query).
+      def lock_manager_limiters
+        @pattern = lock_manager_param("pattern") || "*"
+        @pattern = "*" if @pattern.strip.empty?
+        found = lock_manager_reading { LockManager::Web.admin.limiters(@pattern, limit: LIST_LIMIT + 1) } || []
+        @truncated = found.size > LIST_LIMIT
+        @limiters = found.first(LIST_LIMIT)
+        @reset = lock_manager_param("reset")
+        @reset_name = lock_manager_param("name")
+        @reset_kind = lock_manager_kind(lock_manager_param("kind"))
+      end
+
+      # Resets the limiter `name` of `kind` (the query string's; every kind of it when none is given),
+      # then shows the Limiters page of `pattern` again, saying what it did.
+      def lock_manager_reset_limiter
+        name = lock_manager_param("name")
+        kind = lock_manager_param("kind")
+        back = "#{root_path}locks/limiters?pattern=#{CGI.escape(lock_manager_param("pattern") || "*")}"
+        redirect(back) unless name && (kind.nil? || lock_manager_kind(kind))
+        reset = LockManager::Web.admin.reset_limiter(name, kind: lock_manager_kind(kind))
+        redirect("#{back}&reset=#{reset ? 1 : 0}&name=#{CGI.escape(name)}#{"&kind=#{kind}" if kind}")
       end
 
       # Loads a lock's page (`key` in the query string); the list when it names none.
@@ -128,6 +157,30 @@ module LockManager
       # that are not UTF-8).
       def lock_manager_release_path(key)
         "#{root_path}locks/release?key=#{CGI.escape(key.to_s)}"
+      end
+
+      # Where a limiter's reset form posts: its name (bytes, as a lock's key), its kind, and the pattern
+      # of the page to come back to.
+      def lock_manager_reset_path(limiter, pattern)
+        "#{root_path}locks/limiters/reset?name=#{CGI.escape(limiter.name.to_s)}&kind=#{limiter.kind}" \
+          "&pattern=#{CGI.escape(pattern.to_s)}"
+      end
+
+      # A limiter's kind from its name in a query string ("gcra", "window", "sliding"); nil for any other.
+      def lock_manager_kind(name)
+        LockManager::Limiter::KINDS.values.find { |kind| kind.to_s == name }
+      end
+
+      # A kind as the page names it.
+      def lock_manager_kind_label(kind)
+        t("LockManagerKind#{kind.to_s.capitalize}")
+      end
+
+      # When a limiter admits one more unit: "now" while any remain, else "in 3.2 s" (rounded up).
+      def lock_manager_next_free(limiter)
+        return t("LockManagerNow") unless limiter.retry_after.positive?
+
+        t("LockManagerIn", duration: lock_manager_duration((limiter.retry_after * 10).ceil / 10.0))
       end
 
       # Who holds (or waits): the job's jid, else host, pid and thread, else the token. (Waiters have no jid.)

@@ -31,9 +31,11 @@ RSpec.describe "exe/lock_manager" do
     out, _, status = run_cli("--help")
     expect(status).to eq(0)
     expect(out).to include("list [PATTERN]", "show KEY", "release KEY", "watch [PATTERN]", "--yes", "REDIS_URL",
-                           "LOCK_MANAGER_CLUSTER")
+                           "LOCK_MANAGER_CLUSTER", "limiters [PATTERN]", "reset-limiter NAME",
+                           "--kind KIND", "gcra, window, sliding")
 
-    [[], %w[frobnicate], %w[show], %w[show a b], %w[--limit x list], %w[--nope list]].each do |args|
+    [[], %w[frobnicate], %w[show], %w[show a b], %w[--limit x list], %w[--nope list], %w[reset-limiter],
+     %w[reset-limiter a b], %w[limiters a b], %w[--kind rate reset-limiter a]].each do |args|
       out, err, status = run_cli(*args)
       expect([out, status]).to eq(["", 2]), args.inspect
       expect(err).to include("lock_manager --help"), args.inspect
@@ -123,6 +125,58 @@ RSpec.describe "exe/lock_manager" do
     expect(run_cli("release", "-y", "again")).to eq(["", missing, 1])
   end
 
+  def use(limiter, times)
+    Array.new(times) { limiter.try_acquire.admitted? }.count(true)
+  end
+
+  it "lists the rate limiters of a pattern: kind, rule, used, remaining, next free and reset after" do
+    expect([use(LockManager::Limiter.new("api:hourly", rate: 10, per: 3600, burst: 3, locker: elsewhere), 4),
+            use(LockManager::Limiter.window("api:exports", 10, per: 86_400, locker: elsewhere), 4),
+            use(LockManager::Limiter.sliding_window("api:login 1.2.3.4", 5, per: 60, locker: elsewhere), 6),
+            use(LockManager::Limiter.window("other", 10, per: 86_400, locker: elsewhere), 1)]).to eq([3, 4, 5, 1])
+    held("api:lock") # a lock, not a limiter: not listed
+
+    out, err, status = run_cli("limiters", "api:*")
+
+    expect([err, status]).to eq(["", 0])
+    lines = out.lines.map(&:chomp)
+    expect(lines.first.split(/\s{2,}/)).to eq(["NAME", "KIND", "RULE", "USED", "REMAINING", "NEXT FREE", "RESET AFTER"])
+    expect(lines[1])
+      .to match(/\Aapi:exports\s+window\s+10 per 86400s window\s+4\s+6\s+now\s+(\d+[hm]\d\d[ms]|[\d.]+s)\z/)
+    expect(lines[2])
+      .to match(/\Aapi:hourly\s+gcra\s+1 per 360s, burst 3\s+3\s+0\s+in (5m5\d|6m00)s\s+(17m5\d|18m00)s\z/)
+    minute = "(5\\d\\.\\ds|60\\.0s|1m00s)"
+    expect(lines[3]) # a name with a space is quoted
+      .to match(/\A"api:login 1\.2\.3\.4"\s+sliding\s+5 in any 60s\s+5\s+0\s+in #{minute}\s+#{minute}\z/)
+    expect(lines.drop(4)).to eq([%(3 limiters matching "api:*")])
+
+    out, = run_cli("limiters")
+    expect(out.lines.drop(1).map { |line| line.split.first }).to eq(%w[api:exports api:hourly "api:login other 4])
+    out, = run_cli("--limit", "2", "limiters")
+    expect(out.lines.size).to eq(4)
+    expect(out.lines.last).to eq(%(2 limiters matching "*"; more not shown (--limit)\n))
+  end
+
+  it "resets a limiter by name, every kind of it or --kind's, and exits 1 when it had counted nothing" do
+    window = LockManager::Limiter.window("shared", 2, per: 86_400, locker: elsewhere) # windows end at midnight UTC
+    rate = LockManager::Limiter.new("shared", rate: 1, per: 3600, burst: 2, locker: elsewhere)
+    kept = LockManager::Limiter.window("kept", 2, per: 86_400, locker: elsewhere)
+    expect([use(window, 2), use(rate, 2), use(kept, 1)]).to eq([2, 2, 1])
+    admin = LockManager::Admin.new(new_locker)
+
+    expect(run_cli("reset-limiter", "--kind", "window", "shared"))
+      .to eq(["Reset limiter shared (window): it admits its whole rule again\n", "", 0])
+    expect(admin.limiters.map { |l| [l.name, l.kind, l.used] }).to eq([["kept", :window, 1], ["shared", :gcra, 2]])
+    expect(run_cli("reset-limiter", "-k", "window", "shared"))
+      .to eq(["", "lock_manager: no limiter shared (window) (it has counted nothing)\n", 1])
+
+    expect(run_cli("reset-limiter", "shared")).to eq(["Reset limiter shared: it admits its whole rule again\n", "", 0])
+    expect(run_cli("reset-limiter", "shared"))
+      .to eq(["", "lock_manager: no limiter shared (it has counted nothing)\n", 1])
+    expect(admin.limiters.map { |l| [l.name, l.kind, l.used] }).to eq([["kept", :window, 1]])
+    expect([use(window, 3), use(rate, 3), use(kept, 2)]).to eq([2, 2, 1])
+  end
+
   it "watches a pattern, a table per --interval, until Ctrl-C (exit 0)" do
     held("watched")
     Open3.popen3(environment, *command, "watch", "watch*", "--interval", "0.2") do |_in, out, err, wait|
@@ -148,6 +202,13 @@ RSpec.describe "exe/lock_manager" do
     expect([out, status]).to eq(["", 1])
     expect(err.lines.size).to eq(1)
     expect(err).to start_with(%(lock_manager: lock "x": cannot talk to Redis))
+
+    out, err, status = run_cli("limiters", "api:*", env: environment.merge("REDIS_URL" => closed_url))
+    expect([out, status]).to eq(["", 1])
+    expect(err).to match(/\Alock_manager: limiters matching "api:\*": cannot talk to Redis at 127\.0\.0\.1:\d+: .+\n\z/)
+    _, err, status = run_cli("reset-limiter", "x", env: environment.merge("REDIS_URL" => closed_url))
+    expect(status).to eq(1)
+    expect(err).to match(/\Alock_manager: limiter "x": cannot talk to Redis .+\n\z/)
 
     _, err, status = run_cli("--prefix", "", "list")
     expect(status).to eq(2)

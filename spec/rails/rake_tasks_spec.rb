@@ -2,11 +2,12 @@
 
 require "spec_helper"
 require "rbconfig"
+require "lock_manager/admin"
 require_relative "../support/rails_app_server"
 
-# bin/rails lock_manager:list, show, release and watch in the Rails app (a child process): exe/lock_manager's
-# commands on the app's own settings. The app reads its Redis from a variable of its own (LOCK_REDIS_URL) and its
-# key prefix from LOCK_PREFIX, which the command alone never sees.
+# bin/rails lock_manager:list, show, release, watch, limiters and reset-limiter in the Rails app (a child
+# process): exe/lock_manager's commands on the app's own settings. The app reads its Redis from a variable of
+# its own (LOCK_REDIS_URL) and its key prefix from LOCK_PREFIX, which the command alone never sees.
 RSpec.describe "the Rails app's lock_manager tasks", :rails do
   let(:nowhere) { closed_url }
   let(:app_env) { { "LOCK_REDIS_URL" => redis_url, "REDIS_URL" => nowhere, "LOCK_PREFIX" => prefix } }
@@ -49,11 +50,28 @@ RSpec.describe "the Rails app's lock_manager tasks", :rails do
     expect([status.exitstatus, err]).to match([1, include("cannot talk to Redis at 127.0.0.1:#{URI(nowhere).port}")])
   end
 
+  it "lists and resets the rate limiters of the app's Redis under its key prefix" do
+    window = LockManager::Limiter.window("exports:1", 10, per: 86_400, locker: elsewhere) # ends at midnight UTC
+    rate = LockManager::Limiter.new("exports:1", rate: 1, per: 3600, burst: 3, locker: elsewhere)
+    expect([window, rate].map { |limiter| Array.new(2) { limiter.try_acquire.admitted? } }).to all(eq([true, true]))
+
+    out, err, status = rails("lock_manager:limiters[exports:*]")
+    expect([err, status]).to eq(["", 0])
+    expect(out.lines.map { |line| line.split.first(2) })
+      .to eq([%w[NAME KIND], %w[exports:1 gcra], %w[exports:1 window], %w[2 limiters]])
+
+    expect(rails("lock_manager:reset-limiter[exports:1,--kind=window]"))
+      .to eq(["Reset limiter exports:1 (window): it admits its whole rule again\n", "", 0])
+    expect(LockManager::Admin.new(elsewhere).limiters.map { |l| [l.name, l.kind] }).to eq([["exports:1", :gcra]])
+    expect(rails("lock_manager:reset-limiter[exports:1,--kind=window]"))
+      .to eq(["", "lock_manager: no limiter exports:1 (window) (it has counted nothing)\n", 1])
+  end
+
   it "lists its tasks" do
     out, _, status = rails("-T", "lock_manager")
     expect(status).to eq(0)
     expect(out.lines.map { |line| line.split[1] })
-      .to eq(%w[lock_manager:list[pattern] lock_manager:release[key] lock_manager:show[key]
-                lock_manager:watch[pattern]])
+      .to eq(%w[lock_manager:limiters[pattern] lock_manager:list[pattern] lock_manager:release[key]
+                lock_manager:reset-limiter[name] lock_manager:show[key] lock_manager:watch[pattern]])
   end
 end

@@ -53,10 +53,15 @@ class Browser
     driver.find_elements(css: css)
   end
 
-  # The page's text; "" while a navigation (a form's POST and its redirect) has no body yet.
+  # The page's text; "" while a navigation (a form's POST and its redirect) has no body yet, or replaces the
+  # body it found (chromedriver then says "Node with given id does not belong to the document").
   def text
     find("body").text
   rescue Selenium::WebDriver::Error::NoSuchElementError, Selenium::WebDriver::Error::StaleElementReferenceError
+    ""
+  rescue Selenium::WebDriver::Error::UnknownError => e
+    raise unless e.message.include?("does not belong to the document")
+
     ""
   end
 

@@ -12,8 +12,9 @@ require_relative "../support/web_server"
 # The Locks tab of Sidekiq's Web UI, in a real headless Chromium against Sidekiq::Web served by Puma
 # in a process of its own, over a redis-server of this file's own where another process holds real
 # locks: a plain lock with a fair waiter queued, a semaphore, a job's claim, a key of odd bytes.
-# Runs on each stack's own Sidekiq, and on the vendored one SIDEKIQ names (7.3.9, 8.1.7). The examples run in
-# order: the last one releases a lock. Screenshots go to tmp/web/<sidekiq version>-<page>.png.
+# Then its Limiters page, over limiters of each kind this process used. Runs on each stack's own Sidekiq, and
+# on the vendored one SIDEKIQ names (7.3.9, 8.1.7). The examples run in order: the last of the locks' releases
+# a lock, and the limiters' resets follow their listing. Screenshots go to tmp/web/<sidekiq version>-<page>.png.
 RSpec.describe "The Sidekiq Web Locks tab", order: :defined do
   odd_key = "odd:<b>bold</b> \"quoted\" & \xFF\n".b
   keys = ["odd:<b>bold</b> \"quoted\" & \\xFF\\x0A", "partner-api", "report:daily", "report:weekly", "sync:user:7"]
@@ -189,5 +190,155 @@ RSpec.describe "The Sidekiq Web Locks tab", order: :defined do
                 .to_h { |info| [info.key, info.holders.map(&:token)] }).to eq(others)
     expect(dumps(except: "report:daily")).to eq(untouched)
     expect(admin.lock(odd_key).holders.map(&:token)).to eq([@ready.fetch("odd")])
+  end
+
+  # The Limiters page (/locks/limiters), after the locks' examples: limiters of each kind used from this
+  # process, one name used by two kinds, and a hostile name of markup and odd bytes.
+  describe "Limiters" do
+    hostile = "<script>alert(1)</script> & \"q\" \xFF\n".b
+    shown = "<script>alert(1)</script> & \"q\" \\xFF\\x0A"
+
+    before(:all) do
+      locker = LockManager::Locker.new(redis_url: @server.url, key_prefix: @key_prefix)
+      @limiters = {
+        gcra: LockManager::Limiter.new("partner:gcra", rate: 10, per: 3600, burst: 3, locker: locker),
+        window: LockManager::Limiter.window("exports:1", 10, per: 86_400, locker: locker),
+        sliding: LockManager::Limiter.sliding_window("login:1.2.3.4", 5, per: 3600, locker: locker),
+        shared_rate: LockManager::Limiter.new("shared", rate: 1, per: 3600, burst: 2, locker: locker),
+        shared_window: LockManager::Limiter.window("shared", 2, per: 86_400, locker: locker),
+        hostile: LockManager::Limiter.window(hostile, 3, per: 86_400, locker: locker)
+      }
+      uses = { gcra: 4, window: 4, sliding: 6, shared_rate: 2, shared_window: 2, hostile: 1 }
+      uses.each { |name, times| times.times { @limiters.fetch(name).try_acquire } }
+    end
+
+    def limiter_rows
+      @browser.all("#lock-manager-limiters tbody tr").map { |row| row.find_elements(css: "td").map(&:text) }
+    end
+
+    # The limiters' keys of this file's prefix and their DUMP (a lock's keys change as its waiters renew
+    # their places in its queue).
+    def limiter_dumps(except:)
+      dumps(except: except).select { |key, _| key.b.include?(":limit:") }
+    end
+
+    def in_use
+      admin.limiters.map { |limiter| [limiter.name, limiter.kind, limiter.used, limiter.remaining] }
+    end
+
+    # No window.alert or confirm is open (a script of a name that ran would have raised one).
+    def no_dialog
+      @browser.driver.switch_to.alert
+      false
+    rescue Selenium::WebDriver::Error::NoSuchAlertError
+      true
+    end
+
+    def dialog_text
+      @browser.driver.switch_to.alert.text
+    rescue Selenium::WebDriver::Error::NoSuchAlertError
+      nil
+    end
+
+    it "lists the limiters of each kind with their rule, used, remaining, next free and reset after" do
+      @browser.visit(@web.url("/locks"))
+      @browser.find("#lock-manager-to-limiters").click
+      eventually { @browser.driver.current_url.end_with?("/locks/limiters") }
+      eventually { @browser.all("#lock-manager-limiters").any? }
+      screenshot("limiters")
+
+      expect(@browser.find("li.active a").text).to eq("Locks")
+      rows = limiter_rows
+      expect(rows.map(&:first)).to eq([shown, "exports:1", "login:1.2.3.4", "partner:gcra", "shared", "shared"])
+      expect(rows.map { |cells| cells[1..4] }).to eq(
+        [["Fixed window", "3 per 86400s window", "1", "2"], ["Fixed window", "10 per 86400s window", "4", "6"],
+         ["Sliding window", "5 in any 3600s", "5", "0"], ["Rate (GCRA)", "1 per 360s, burst 3", "3", "0"],
+         ["Rate (GCRA)", "1 per 3600s, burst 2", "2", "0"], ["Fixed window", "2 per 86400s window", "2", "0"]]
+      )
+      # The numbers are Admin's.
+      expect(rows.map { |cells| [cells[3].to_i, cells[4].to_i] }).to eq(in_use.map { |info| info.last(2) })
+      expect(rows.map { |cells| cells[5] }).to match(
+        ["now", "now", /\Ain (59 min \d\d s|1 h 00 min)\z/, /\Ain (5 min 5\d|6 min 00) s\z/,
+         /\Ain (59 min \d\d s|1 h 00 min)\z/, /\Ain (\d+(\.\d)? s|\d+ min \d\d s|\d+ h \d\d min)\z/]
+      )
+      expect(rows[3][6]).to match(/\A1[78] min \d\d s\z/) # the GCRA's burst of 3 drains in 18 min
+      expect(@browser.all("#lock-manager-limiters form.lock-manager-reset input[type=submit]").size).to eq(6)
+
+      @browser.find("#lock-manager-to-locks").click
+      eventually { @browser.all("#lock-manager-locks").any? }
+      expect(rows.map(&:first)).not_to include(*self.rows.map(&:first)) # the locks' list has no limiter
+    end
+
+    it "filters the limiters by pattern" do
+      @browser.visit(@web.url("/locks/limiters"))
+      @browser.find("#lock-manager-pattern").clear
+      @browser.find("#lock-manager-pattern").send_keys("sha*")
+      @browser.find("#lock-manager-search input[type=submit]").click
+      eventually { @browser.driver.current_url.include?("pattern=sha") }
+
+      expect(limiter_rows.map { |cells| cells[0..1] }).to eq([["shared", "Rate (GCRA)"], ["shared", "Fixed window"]])
+      expect(@browser.find("#lock-manager-pattern").attribute("value")).to eq("sha*")
+      @browser.visit(@web.url("/locks/limiters?pattern=nothing:*"))
+      expect(@browser.find("#lock-manager-none").text).to eq("No limiter in use matches nothing:*.")
+    end
+
+    it "refuses a reset the page did not post" do
+      before = in_use
+      expect(@web.post("/locks/limiters/reset?name=shared&kind=window", {}).code).to eq("403")
+      expect(@web.post("/locks/limiters/reset?name=shared", {}).code).to eq("403")
+      expect(in_use).to eq(before)
+    end
+
+    it "resets exactly the limiter whose button was clicked, one kind of a shared name, and stays on its pattern" do
+      window_key = ":limit:window:#{@key_prefix}shared"
+      untouched = limiter_dumps(except: window_key)
+      expect(untouched.size).to eq(5) # the five other limiters
+      holders = admin.locks.to_h { |info| [info.key, info.holders.map(&:token)] }
+      expect(@server.client.then { |redis| redis.keys("*#{window_key}").tap { redis.close } }.size).to eq(1)
+      before = in_use
+
+      @browser.visit(@web.url("/locks/limiters?pattern=shared"))
+      row = @browser.all("#lock-manager-limiters tbody tr").find { |tr| tr.text.include?("Fixed window") }
+      row.find_element(css: "input[type=submit]").click
+      @browser.accept_confirm
+      eventually { @browser.all("#lock-manager-reset").any? || @browser.text == "Forbidden" }
+      expect(@browser.text).not_to eq("Forbidden") # Sidekiq's CsrfProtection took the form's token
+      screenshot("limiter-reset")
+
+      expect(@browser.find("#lock-manager-reset").text)
+        .to eq("Reset shared (Fixed window): it admits its whole rule again.")
+      expect(limiter_rows.map { |cells| cells[0..1] }).to eq([["shared", "Rate (GCRA)"]])
+      expect(@browser.find("#lock-manager-pattern").attribute("value")).to eq("shared")
+      # In Redis: the window's key is gone, every other limiter's is as it was; the locks are as they were.
+      expect(@server.client.then { |redis| redis.keys("*#{window_key}").tap { redis.close } }).to eq([])
+      expect(limiter_dumps(except: window_key)).to eq(untouched)
+      expect(admin.locks.to_h { |info| [info.key, info.holders.map(&:token)] }).to eq(holders)
+      # Through Admin: only that limiter left the list; it admits its whole rule again.
+      expect(in_use).to eq(before.reject { |name, kind| name == "shared" && kind == :window })
+      expect(Array.new(3) { @limiters.fetch(:shared_window).try_acquire.admitted? }).to eq([true, true, false])
+    end
+
+    it "shows a hostile name as text, and resets that limiter by its exact bytes" do
+      @browser.visit(@web.url("/locks/limiters"))
+      expect(no_dialog).to be(true)
+      expect(@browser.all("#lock-manager-limiters script, #lock-manager-limiters b")).to be_empty
+      expect(@browser.all("code.lock-manager-name").first.text).to eq(shown)
+      expect(@browser.driver.page_source).to include("&lt;script&gt;alert(1)&lt;/script&gt; &amp; ")
+      action = @browser.all("form.lock-manager-reset").first.attribute("action")
+      expect(action).to include("reset?name=%3Cscript%3Ealert%281%29%3C%2Fscript%3E+%26+%22q%22+%FF%0A&kind=window")
+
+      @browser.all("form.lock-manager-reset input[type=submit]").first.click
+      confirm = dialog_text # none where Debian's Sidekiq ships no application.js (6.4.1, 7.3.2)
+      @browser.accept_confirm
+      eventually { @browser.all("#lock-manager-reset").any? }
+      expect(confirm).to include(shown.sub("\\x0A", "")) if confirm
+
+      expect(@browser.find("#lock-manager-reset").text)
+        .to eq("Reset #{shown} (Fixed window): it admits its whole rule again.")
+      expect(@browser.all("#lock-manager-reset script")).to be_empty
+      expect(no_dialog).to be(true)
+      expect(admin.limiters.map(&:name)).not_to include(hostile)
+      expect(limiter_rows.map(&:first)).not_to include(shown)
+    end
   end
 end

@@ -13,7 +13,10 @@ module LockManager
         [:cluster, ["--cluster URLS"], "Redis Cluster seed nodes "], [:sentinels, ["--sentinels URLS"], "sentinels "],
         [:sentinel_master, ["--sentinel-master NAME"], ""]
       ].freeze
-      COMMANDS = { "list" => 0..1, "show" => 1..1, "release" => 1..1, "watch" => 0..1 }.freeze
+      COMMANDS = { "list" => 0..1, "show" => 1..1, "release" => 1..1, "watch" => 0..1, "limiters" => 0..1,
+                   "reset-limiter" => 1..1 }.freeze
+      # --kind's values: a limiter's kind as Admin names it.
+      KINDS = Limiter::KINDS.values.map(&:to_s).freeze
 
       BANNER = <<~TEXT.freeze
         Usage: lock_manager [options] COMMAND [ARGS]
@@ -23,8 +26,10 @@ module LockManager
           show KEY           one lock: its holders and queued waiters
           release KEY        force-release KEY: its holders lose it, its waiters take it (asks first)
           watch [PATTERN]    the list, refreshed every --interval seconds until Ctrl-C
+          limiters [PATTERN] rate limiters in use whose names match PATTERN: rule, used, remaining, next free
+          reset-limiter NAME forget what limiter NAME counted (every kind of that name, or --kind's)
 
-        Keys and patterns are given without the key prefix. Settings not given as options come from
+        Keys, names and patterns are given without the key prefix. Settings not given as options come from
         the environment, as LockManager's configuration reads it where the app does not set them:
         #{ENVIRONMENT.map { |name, variables| "  #{name.to_s.ljust(16)} #{variables.join(", else ")}" }.join("\n")}
         (lists: comma-separated URLs; key_prefix defaults to "lock:"). An app that sets them itself
@@ -35,7 +40,7 @@ module LockManager
         Options:
       TEXT
 
-      attr_reader :settings, :limit, :interval, :yes
+      attr_reader :settings, :limit, :interval, :yes, :kind
 
       def initialize(settings, out)
         @out = out
@@ -72,16 +77,22 @@ module LockManager
         OptionParser.new do |o|
           o.banner = BANNER
           settings_options(o)
-          o.on("-l", "--limit N", Integer, "list at most N locks (default #{Admin::DEFAULT_LIMIT})") do |n|
-            @limit = Arguments.positive_integer(n, :limit)
-          end
-          o.on("-i", "--interval SECONDS", Float, "watch: seconds between refreshes (default 1)") do |s|
-            @interval = Arguments.seconds(s, :interval)
-          end
-          o.on("-y", "--yes", "release without asking") { @yes = true }
+          command_options(o)
           o.on("-h", "--help", "this help") { @done = :help }
           o.on("-v", "--version", "the gem's version") { @done = :version }
         end
+      end
+
+      def command_options(parser)
+        parser.on("-l", "--limit N", Integer, "list or limiters: at most N (default #{Admin::DEFAULT_LIMIT})") do |n|
+          @limit = Arguments.positive_integer(n, :limit)
+        end
+        parser.on("-i", "--interval SECONDS", Float, "watch: seconds between refreshes (default 1)") do |s|
+          @interval = Arguments.seconds(s, :interval)
+        end
+        parser.on("-y", "--yes", "release without asking") { @yes = true }
+        kinds = "reset-limiter: only its limiter of this kind (#{KINDS.join(", ")})"
+        parser.on("-k", "--kind KIND", KINDS, kinds) { |kind| @kind = kind.to_sym }
       end
 
       def settings_options(parser)

@@ -5,6 +5,7 @@ module LockManager
     # What the commands print.
     class Printer
       HEADER = ["KEY", "HELD BY", "SINCE", "TTL", "WAITERS"].freeze
+      LIMITER_HEADER = ["NAME", "KIND", "RULE", "USED", "REMAINING", "NEXT FREE", "RESET AFTER"].freeze
       UNITS = [[86_400, "d"], [3600, "h"], [60, "m"], [1, "s"]].freeze
 
       def initialize(out)
@@ -13,9 +14,12 @@ module LockManager
 
       # One line per lock, columns aligned.
       def table(locks)
-        rows = [HEADER] + locks.map { |lock| row(lock) }
-        widths = rows.transpose.map { |column| column.map(&:length).max }
-        rows.each { |cells| @out.puts cells.zip(widths).map { |cell, width| cell.ljust(width) }.join("  ").rstrip }
+        aligned([HEADER] + locks.map { |lock| row(lock) })
+      end
+
+      # One line per rate limiter, columns aligned.
+      def limiters(limiters)
+        aligned([LIMITER_HEADER] + limiters.map { |limiter| limiter_row(limiter) })
       end
 
       # Every holder and waiter of one lock.
@@ -64,6 +68,12 @@ module LockManager
           seconds ? duration(seconds) : "-"
         end
 
+        # When a limiter admits one more unit: "now" while any remain, else "in 3.2s" (rounded up: not
+        # "in 0.0s" a few ms before).
+        def next_free(retry_after)
+          retry_after.positive? ? "in #{duration((retry_after * 10).ceil / 10.0)}" : "now"
+        end
+
         # "4.2s", "3m07s", "2h05m", "1d04h"
         def duration(seconds)
           seconds = [seconds, 0].max
@@ -87,6 +97,16 @@ module LockManager
       end
 
       private
+
+      def aligned(rows)
+        widths = rows.transpose.map { |column| column.map(&:length).max }
+        rows.each { |cells| @out.puts cells.zip(widths).map { |cell, width| cell.ljust(width) }.join("  ").rstrip }
+      end
+
+      def limiter_row(limiter)
+        [Printer.key(limiter.name), limiter.kind.to_s, limiter.rule.to_s, limiter.used.to_s, limiter.remaining.to_s,
+         Printer.next_free(limiter.retry_after), Printer.duration(limiter.reset_after)]
+      end
 
       def row(lock)
         holder = lock.holders.first

@@ -46,7 +46,8 @@ module LockManager
     end
 
     # The argument of each of the command's tasks; options follow it: "lock_manager:release[report:1,--yes]".
-    TASKS = { "list" => :pattern, "show" => :key, "release" => :key, "watch" => :pattern }.freeze
+    TASKS = { "list" => :pattern, "show" => :key, "release" => :key, "watch" => :pattern, "limiters" => :pattern,
+              "reset-limiter" => :name }.freeze
 
     # `bin/rails lock_manager:list` and the others: exe/lock_manager's commands on the app's own settings (as
     # config.lock_manager and config/initializers left them), which the command alone cannot see.
