@@ -15,7 +15,7 @@ RSpec.describe "LockManager::Admin's limiters" do
     {
       api: LockManager::Limiter.new("api", rate: 100, per: 1, burst: 20, locker: locker),
       hourly: LockManager::Limiter.new("hourly", rate: 10, per: 3600, burst: 3, locker: locker),
-      exports: LockManager::Limiter.window("exports:1", 10, per: 3600, locker: locker),
+      exports: LockManager::Limiter.window("exports:1", 10, per: 86_400, locker: locker), # ends at midnight UTC
       logins: LockManager::Limiter.sliding_window("login:1.2.3.4", 5, per: 60, locker: locker)
     }
   end
@@ -33,14 +33,14 @@ RSpec.describe "LockManager::Admin's limiters" do
     listed = admin.limiters
     expect(listed.map { |l| [l.name, l.kind, l.rule.to_s, l.used, l.remaining] }).to eq(
       [["api", :gcra, "100 per 1s, burst 20", 20, 0],
-       ["exports:1", :window, "10 per 3600s window", 4, 6],
+       ["exports:1", :window, "10 per 86400s window", 4, 6],
        ["hourly", :gcra, "1 per 360s, burst 3", 3, 0],
        ["login:1.2.3.4", :sliding, "5 in any 60s", 5, 0]]
     )
     api, exports, hourly, logins = listed
     expect(api.retry_after).to be_between(0, 0.01)
     expect(exports.retry_after).to eq(0)
-    expect(exports.reset_after).to be_between(0, 3600)
+    expect(exports.reset_after).to be_between(0, 86_400)
     expect(hourly.retry_after).to be_between(355, 360)
     expect(hourly.reset_after).to be_between(1075, 1080)
     expect(logins.retry_after).to be_between(55, 60)
@@ -63,7 +63,7 @@ RSpec.describe "LockManager::Admin's limiters" do
   it "filters by a glob over names, and leaves out another prefix's limiters and every lock" do
     limiters.each_value { |limiter| use(limiter, 1) }
     other = LockManager::Locker.new(redis_url: redis_url, key_prefix: "#{prefix}other:")
-    LockManager::Limiter.window("exports:2", 10, per: 60, locker: other).try_acquire
+    LockManager::Limiter.window("exports:2", 10, per: 86_400, locker: other).try_acquire
     locker.nonblocking_lock("exports:3") do
       expect(admin.limiters("exports:*").map(&:name)).to eq(["exports:1"])
       expect(admin.limiters(limit: 2).map(&:name)).to eq(%w[api exports:1])
@@ -72,7 +72,7 @@ RSpec.describe "LockManager::Admin's limiters" do
   end
 
   it "resets a limiter by name, every kind of it or one, and nothing else" do
-    window = LockManager::Limiter.window("shared", 2, per: 3600, locker: locker)
+    window = LockManager::Limiter.window("shared", 2, per: 86_400, locker: locker)
     rate = LockManager::Limiter.new("shared", rate: 1, per: 3600, burst: 2, locker: locker)
     [window, rate, limiters[:exports]].each { |limiter| use(limiter, 2) }
 
@@ -96,7 +96,7 @@ RSpec.describe "LockManager::Admin's limiters" do
 
     it "lists the limiters of every master and resets each on its own" do
       names = cluster.keys_on_each_master(2, base: "limiter", prefix: prefix).values.flatten
-      names.each { |name| use(LockManager::Limiter.window(name, 5, per: 3600, locker: locker), 2) }
+      names.each { |name| use(LockManager::Limiter.window(name, 5, per: 86_400, locker: locker), 2) }
 
       expect(admin.limiters.map { |l| [l.name, l.used] }).to eq(names.sort.map { |name| [name, 2] })
       names.each { |name| expect(admin.reset_limiter(name)).to be(true) }

@@ -41,10 +41,13 @@ impl LockCore {
             }
         }
         found.sort_by(|a, b| (&a.0, a.1.name()).cmp(&(&b.0, b.1.name())));
-        found.truncate(limit.unwrap_or(usize::MAX));
-        let mut views = Vec::with_capacity(found.len());
+        let limit = limit.unwrap_or(usize::MAX);
+        let mut views = Vec::new();
         for (name, kind) in found {
-            // Gone idle since SCAN saw it: not listed.
+            if views.len() == limit {
+                break;
+            }
+            // Gone idle since SCAN saw it: not listed, and the next one read in its place.
             if let Some(state) = self.peek(kind, &name, interrupt)? {
                 views.push(LimiterView { name, kind, state });
             }
