@@ -39,11 +39,17 @@ module LockManager
     end
 
     def list(pattern = "*")
+      listed("lock", pattern, ->(limit) { admin.locks(pattern, limit: limit) }) { |locks| @print.table(locks) }
+    end
+
+    # The first --limit of what `find` finds (asked for one more, to know whether there is more), printed
+    # by the block, and a line counting them.
+    def listed(noun, pattern, find)
       limit = @options.limit
-      locks = admin.locks(pattern, limit: limit + 1)
-      @print.table(locks.first(limit))
-      more = locks.size > limit ? "; more not shown (--limit)" : ""
-      @out.puts "#{Printer.count([locks.size, limit].min, "lock")} matching #{pattern.inspect}#{more}"
+      found = find.call(limit + 1)
+      yield found.first(limit)
+      more = found.size > limit ? "; more not shown (--limit)" : ""
+      @out.puts "#{Printer.count([found.size, limit].min, noun)} matching #{pattern.inspect}#{more}"
       OK
     end
 

@@ -77,23 +77,25 @@ module LockManager
     module Helpers
       # Loads the list page's locks.
       def lock_manager_list
-        @pattern = lock_manager_param("pattern") || "*"
-        @pattern = "*" if @pattern.strip.empty?
-        found = lock_manager_reading { LockManager::Web.admin.locks(@pattern, limit: LIST_LIMIT + 1) } || []
-        @truncated = found.size > LIST_LIMIT
-        @locks = found.first(LIST_LIMIT)
+        @locks = lock_manager_found { |admin| admin.locks(@pattern, limit: LIST_LIMIT + 1) }
       end
 
       # Loads the Limiters page: the limiters in use, and what a reset just did (its redirect's query).
       def lock_manager_limiters
-        @pattern = lock_manager_param("pattern") || "*"
-        @pattern = "*" if @pattern.strip.empty?
-        found = lock_manager_reading { LockManager::Web.admin.limiters(@pattern, limit: LIST_LIMIT + 1) } || []
-        @truncated = found.size > LIST_LIMIT
-        @limiters = found.first(LIST_LIMIT)
+        @limiters = lock_manager_found { |admin| admin.limiters(@pattern, limit: LIST_LIMIT + 1) }
         @reset = lock_manager_param("reset")
         @reset_name = lock_manager_param("name")
         @reset_kind = lock_manager_kind(lock_manager_param("kind"))
+      end
+
+      # The query's pattern ("*" when none), and the first LIST_LIMIT of what the block finds with it
+      # (asked for one more: @truncated says whether there was more).
+      def lock_manager_found
+        @pattern = lock_manager_param("pattern") || "*"
+        @pattern = "*" if @pattern.strip.empty?
+        found = lock_manager_reading { yield LockManager::Web.admin } || []
+        @truncated = found.size > LIST_LIMIT
+        found.first(LIST_LIMIT)
       end
 
       # Resets the limiter `name` of `kind` (the query string's; every kind of it when none is given),

@@ -5,12 +5,9 @@ module LockManager
   class CLI
     # The limiters in use whose names match `pattern`, a line each, and their count.
     def limiters(pattern = "*")
-      limit = @options.limit
-      found = admin.limiters(pattern, limit: limit + 1)
-      @print.limiters(found.first(limit))
-      more = found.size > limit ? "; more not shown (--limit)" : ""
-      @out.puts "#{Printer.count([found.size, limit].min, "limiter")} matching #{pattern.inspect}#{more}"
-      OK
+      listed("limiter", pattern, ->(limit) { admin.limiters(pattern, limit: limit) }) do |found|
+        @print.limiters(found)
+      end
     end
 
     # Forgets what the limiter `name` counted (of --kind's kind only, when given): FAILED when it had
