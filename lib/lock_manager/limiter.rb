@@ -53,6 +53,12 @@ module LockManager
       def concurrent(name, limit, timeout: Locker::DEFAULT_TIMEOUT, locker: nil)
         ConcurrencyLimiter.new(name, limit, timeout: timeout, locker: locker)
       end
+
+      # The limiter `name` of a Rule checked before: a job's throttle_with rule, made for each job.
+      # @api private
+      def of_rule(name, rule)
+        allocate.tap { |limiter| limiter.send(:setup, name, rule, nil) }
+      end
     end
 
     # @param rate [Numeric] a smooth rate: `rate` per `per` seconds, `burst` at once from idle
@@ -61,10 +67,8 @@ module LockManager
     # @param locker [Locker, nil] whose Redis and key prefix (nil: the shared one, when first used)
     # @raise [ArgumentError] naming the first bad option
     def initialize(name, per: 1, rate: nil, window: nil, sliding_window: nil, burst: nil, locker: nil)
-      @name = Arguments.key(name, :name).dup.freeze
-      @rule = Rule.from(per: per, rate: rate, window: window, sliding_window: sliding_window, burst: burst)
-      @locker = locker
-      @native = @backend = nil
+      setup(name, Rule.from(per: per, rate: rate, window: window, sliding_window: sliding_window, burst: burst),
+            locker)
     end
 
     # One decision, one round trip: takes `cost` units if the limit allows.
@@ -127,6 +131,13 @@ module LockManager
     end
 
     private
+
+    def setup(name, rule, locker)
+      @name = Arguments.key(name, :name).dup.freeze
+      @rule = rule
+      @locker = locker
+      @native = @backend = nil
+    end
 
     def decide(cost, wait, job, promise)
       limit = Limit.new(*native.decide(cost, wait, promise)).freeze

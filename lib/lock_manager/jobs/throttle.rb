@@ -51,7 +51,7 @@ module LockManager
     # The rule's limiter for a job of `class_name` with these arguments.
     def limiter(class_name, args)
       name = @key.is_a?(Proc) ? Arguments.key(@key.call(*args), :key) : (@key || class_name)
-      return Limiter.new(name, **@rule) unless concurrency?
+      return Limiter.of_rule(name, @rule) unless concurrency?
 
       ConcurrencyLimiter.new(name, @places, timeout: @timeout)
     end
@@ -147,8 +147,7 @@ module LockManager
     private
 
     def check_rule(rule)
-      @rule = { per: 1, **rule }.freeze
-      Limiter::Rule.from(**@rule)
+      @rule = Limiter::Rule.from(**{ per: 1, **rule }).freeze
     end
 
     # The places and timeout, checked once (the limiter's name comes with each job).
