@@ -101,6 +101,18 @@ module LockManager
       native.admin_release(Arguments.key(key))
     end
 
+    # Force-releases the lock a job of `job_class` (a Sidekiq or ActiveJob class with lock_with)
+    # would take with `args` (and its run lock, for :until_and_while_executing), as #release
+    # does: a pending job's, a running one's, or one left by a job deleted some other way.
+    # @return [Boolean] whether there was one
+    # @raise [ArgumentError] for a class without lock_with
+    def release_job(job_class, args)
+      lock = job_lock(job_class, args)
+      keys = [lock.key]
+      keys << (lock.key + JobLock::RUN_SUFFIX) if lock.options.mode == "until_and_while_executing"
+      keys.map { |key| release(key) }.any?
+    end
+
     # The rate limiters (Limiter.new, .window, .sliding_window) whose names match `pattern`,
     # sorted by name: SCAN finds them, then each is read by its own script without changing it
     # (a round trip per limiter).
@@ -129,6 +141,13 @@ module LockManager
     end
 
     private
+
+    def job_lock(job_class, args)
+      raise ArgumentError, "args must be the job's arguments as an Array, got #{args.inspect}" unless args.is_a?(Array)
+
+      lock = job_class.respond_to?(:lock_manager_lock_for) && job_class.lock_manager_lock_for(args)
+      lock or raise ArgumentError, "#{job_class.inspect} has no lock_with: no lock to release"
+    end
 
     # The Locker's extension object: Admin reads through its pool and key prefix.
     def native

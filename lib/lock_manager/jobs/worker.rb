@@ -54,6 +54,26 @@ module LockManager
         LockManager::Sidekiq.install unless respond_to?(:lock_manager_callbacks?)
       end
 
+      # Releases the lock a job of this class with these arguments would take, whoever holds it
+      # (Admin#release_job): `SyncUserJob.unlock(7)`.
+      # @return [Boolean] whether there was one
+      def unlock(*args)
+        require_relative "../admin"
+        LockManager::Admin.new.release_job(self, args)
+      end
+
+      # The lock a job of this class would take with `args`, as its pushes and runs name it: a
+      # Sidekiq job's arguments as JSON gives them back, an ActiveJob's as given.
+      # @return [JobLock, nil] nil without lock_with
+      def lock_manager_lock_for(args)
+        options = lock_manager_options or return
+        active_job = respond_to?(:lock_manager_callbacks?)
+        args = JSON.parse(JSON.generate(args)) unless active_job
+        digest = active_job ? -> { ::ActiveJob::Arguments.serialize(args) } : args
+        JobLock.new(options: CheckedJobOptions.fetch(options, nil), class_name: name, args: args, token: "",
+                    key_proc: lock_manager_key, digest_args: digest)
+      end
+
       # The rules of throttle_with, the superclass's first.
       def lock_manager_throttles
         return @lock_manager_throttles if defined?(@lock_manager_throttles)
