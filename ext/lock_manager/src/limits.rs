@@ -93,7 +93,7 @@ pub enum Ask {
     /// The units, now.
     Now,
     /// The units now, or else a promise of them (a job that will come back at `retry_after`):
-    /// a refusal's receipt is then its promise. A sliding window promises nothing.
+    /// a refusal's receipt is then its promise.
     OrPromise,
     /// The units of a promise an earlier refusal gave (its receipt), or else another promise.
     Redeem([i64; 2]),
@@ -252,7 +252,6 @@ impl LockCore {
             self.pool().round_trip(&key, interrupt, None, |conn, _| {
                 kind.script().run(conn, &[&key], &[b"", b"", b"1", b"peek"])
             })?;
-        let micros = |n: i64| Duration::from_micros(n.max(0).unsigned_abs());
         Ok(
             reply.map(|(used, remaining, retry, reset, first, second)| Peek {
                 used: used.max(0).unsigned_abs(),
@@ -276,15 +275,7 @@ impl LockCore {
             .iter()
             .map(|kind| self.keys().limiter(kind.name(), name))
             .collect();
-        let Some(first) = keys.first() else {
-            return Ok(false);
-        };
-        self.pool().round_trip(first, interrupt, None, |conn, _| {
-            redis::cmd("DEL")
-                .arg(&keys)
-                .query::<i64>(conn)
-                .map(|n| n > 0)
-        })
+        self.forget(&keys, interrupt)
     }
 
     /// Forgets what the limiter has counted; whether it had counted anything.
@@ -293,13 +284,20 @@ impl LockCore {
         limiter: &Limiter,
         interrupt: &Interrupt,
     ) -> Result<bool, LockError> {
-        self.pool()
-            .round_trip(&limiter.key, interrupt, None, |conn, _| {
-                redis::cmd("DEL")
-                    .arg(&limiter.key)
-                    .query::<i64>(conn)
-                    .map(|n| n == 1)
-            })
+        self.forget(std::slice::from_ref(&limiter.key), interrupt)
+    }
+
+    /// Deletes limiters' keys (of one slot) in one command: whether any was there.
+    fn forget(&self, keys: &[Vec<u8>], interrupt: &Interrupt) -> Result<bool, LockError> {
+        let Some(first) = keys.first() else {
+            return Ok(false);
+        };
+        self.pool().round_trip(first, interrupt, None, |conn, _| {
+            redis::cmd("DEL")
+                .arg(keys)
+                .query::<i64>(conn)
+                .map(|n| n > 0)
+        })
     }
 }
 
@@ -313,6 +311,11 @@ fn wrote(reply: &redis::Value) -> bool {
     numbers.first() == Some(&Int(1)) || numbers.iter().skip(4).any(|n| *n != Int(0))
 }
 
+/// A script's microseconds: none below zero.
+fn micros(n: i64) -> Duration {
+    Duration::from_micros(n.max(0).unsigned_abs())
+}
+
 /// `{admitted, remaining, retry after µs, reset after µs, receipt, receipt}`, as every
 /// `limit_*.lua` returns it.
 fn decision_from(reply: redis::Value) -> Result<Decision, LockError> {
@@ -320,7 +323,6 @@ fn decision_from(reply: redis::Value) -> Result<Decision, LockError> {
         .ok()
         .filter(|numbers| numbers.len() == 6)
         .ok_or_else(|| LockError::Internal("a limiter's script replied out of shape".into()))?;
-    let micros = |n: i64| Duration::from_micros(n.max(0).unsigned_abs());
     Ok(Decision {
         admitted: numbers[0] == 1,
         remaining: numbers[1].max(0).unsigned_abs(),
