@@ -64,9 +64,10 @@ end
 for w = low, math.min(window - 1, high) do
   redis.call('HDEL', limiter, int(w))
 end
-local function count(w, units)
+-- Window `w` counts `total` units from now on.
+local function count(w, total)
   redis.call('HSET', limiter, 'rule', rule, 'low', int(window), 'high', int(math.max(high, w)),
-    int(w), int(used_in(w) + units))
+    int(w), int(total))
   redis.call('PEXPIREAT', limiter, int(math.ceil((math.max(high, w) + 1) * length / 1000)))
 end
 
@@ -76,15 +77,16 @@ if promised > window then
 elseif promised == window then
   return {1, math.max(limit - used, 0), 0, starts(high + 1), window, 0}
 elseif not refused then
-  count(window, cost)
-  return {1, limit - used - cost, 0, starts(math.max(high, window) + 1), window, 0}
+  count(window, used + cost)
+  return {1, limit - used - cost, 0, starts(high + 1), window, 0}
 elseif mode == 'promise' or mode == 'redeem' then
   -- Windows up to `high` were filled in order: the promise goes to the last, or the one after.
   local target = math.max(high, window + 1)
-  if used_in(target) + cost > limit then
-    target = target + 1
+  local held = used_in(target)
+  if held + cost > limit then
+    target, held = target + 1, 0 -- past `high`: empty
   end
-  count(target, cost)
+  count(target, held + cost)
   return {0, math.max(limit - used, 0), starts(target), starts(target + 1), target, 0}
 end
 return {0, math.max(limit - used, 0), starts(room_from(window + 1)), starts(high + 1), 0, 0}
