@@ -188,6 +188,21 @@ RSpec.shared_examples "a limiter backend" do
       expect(logins.try_acquire_for(job, last.promise)).to be_admitted
     end
 
+    # Back past its tenth of a window with the next promise in the way: moving its unit to now
+    # would put two in one window, so it takes a new promise, after that one.
+    it "gives a sliding window's job back too late for its promise a new one behind the next" do
+      logins = LockManager::Limiter.sliding_window(limiter_name, 1, per: 1)
+      logins.try_acquire_for(job)
+      started = monotonic
+      late, following = Array.new(2) { logins.try_acquire_for(job) }
+      sleep([started + late.retry_after + 0.4 - monotonic, 0].max)
+
+      again = logins.try_acquire_for(job, late.promise)
+      expect(again).not_to be_admitted
+      expect(again.promise).not_to eq(late.promise)
+      expect(again.retry_after).to be > following.retry_after - (monotonic - started)
+    end
+
     it "keeps a promise asked for too early, and waits for it up to PROMISE_WAIT" do
       api = LockManager::Limiter.new(limiter_name, rate: 1, per: 0.5, burst: 1)
       api.try_acquire_for(job)

@@ -83,11 +83,14 @@ if promised > 0 then
       return {early > 0 and 0 or 1, math.max(limit - used, 0), early, newest(), promised, tonumber(ARGV[6])}
     end
     local from = math.max(now, promised + length)
+    local ends = {from}
+    local later = redis.call('ZRANGEBYSCORE', limiter, '(' .. int(from), '(' .. int(now + length),
+      'WITHSCORES')
+    for i = 2, #later, 2 do
+      ends[#ends + 1] = tonumber(later[i])
+    end
     local fits = true
-    local ends = redis.call('ZRANGEBYSCORE', limiter, '(' .. int(from), '(' .. int(now + length))
-    table.insert(ends, 1, false)
-    for _, member in ipairs(ends) do
-      local at = member and tonumber(redis.call('ZSCORE', limiter, member)) or from
+    for _, at in ipairs(ends) do
       if redis.call('ZCOUNT', limiter, '(' .. int(at - length), int(at)) + cost > limit then
         fits = false
         break
