@@ -62,16 +62,15 @@ module LockManager
         LockManager::Admin.new.release_job(self, args)
       end
 
-      # The lock a job of this class would take with `args`, as its pushes and runs name it: a
-      # Sidekiq job's arguments as JSON gives them back, an ActiveJob's as given.
+      # The lock a job of this class would take with `args`, made where its pushes and runs make
+      # it: an ActiveJob's by its callbacks, a Sidekiq job's from its payload (the arguments as
+      # JSON gives them back).
       # @return [JobLock, nil] nil without lock_with
       def lock_manager_lock_for(args)
-        options = lock_manager_options or return
-        active_job = respond_to?(:lock_manager_callbacks?)
-        args = JSON.parse(JSON.generate(args)) unless active_job
-        digest = active_job ? -> { ::ActiveJob::Arguments.serialize(args) } : args
-        JobLock.new(options: CheckedJobOptions.fetch(options, nil), class_name: name, args: args, token: "",
-                    key_proc: lock_manager_key, digest_args: digest)
+        return unless lock_manager_options
+        return new(*args).send(:lock_manager_lock) if respond_to?(:lock_manager_callbacks?)
+
+        LockManager::Sidekiq::Jobs.job_lock({ "class" => name, "args" => JSON.parse(JSON.generate(args)) }, self)
       end
 
       # The rules of throttle_with, the superclass's first.
