@@ -25,19 +25,6 @@ module LockManager
     # A queued waiter, in arrival order; since: when it queued (Redis's clock).
     Waiter = Struct.new(:token, :host, :pid, :thread, :since, keyword_init: true)
 
-    # A rate limiter in use (an idle one keeps nothing and is not listed): its name (without
-    # key_prefix), kind (:gcra, :window, :sliding), rule (a Limiter::Rule, as its count was kept
-    # by), the units used and remaining now, and in seconds until one more unit would be admitted
-    # (retry_after: 0 while any remain) and until it is idle again (reset_after). A
-    # Limiter.concurrent is a `limit:` lock: #locks lists it.
-    LimiterInfo = Struct.new(:name, :kind, :rule, :used, :remaining, :retry_after, :reset_after,
-                             keyword_init: true) do
-      # When one more unit would be admitted, by this machine's clock.
-      def next_free_at
-        Time.now + retry_after
-      end
-    end
-
     DEFAULT_LIMIT = 1000
 
     attr_reader :locker
@@ -113,29 +100,6 @@ module LockManager
       keys.map { |key| release(key) }.any?
     end
 
-    # The rate limiters (Limiter.new, .window, .sliding_window) whose names match `pattern`,
-    # sorted by name: SCAN finds them, then each is read by its own script without changing it
-    # (a round trip per limiter).
-    # @param pattern [String] a Redis glob over names without key_prefix
-    # @param limit [Integer, nil] the first `limit` in sort order (nil: all)
-    # @return [Array<LimiterInfo>]
-    def limiters(pattern = "*", limit: DEFAULT_LIMIT)
-      limit = Arguments.positive_integer(limit, :limit) if limit
-      native.admin_limiters(Arguments.key(pattern, :pattern), limit).map { |raw| limiter_info(raw) }
-    end
-
-    # Forgets what the limiter `name` has counted (of `kind`; nil: every kind of that name), as
-    # Limiter#reset: it admits its whole rule again.
-    # @param kind [Symbol, nil] :gcra, :window or :sliding
-    # @return [Boolean] whether it had counted anything
-    def reset_limiter(name, kind: nil)
-      unless kind.nil? || Limiter::KINDS.value?(kind)
-        raise ArgumentError, "kind must be one of #{Limiter::KINDS.values.inspect} or nil, got #{kind.inspect}"
-      end
-
-      native.admin_reset_limiter(Arguments.key(name, :name), kind&.to_s)
-    end
-
     def inspect
       "#<#{self.class} #{locker.inspect}>"
     end
@@ -167,13 +131,6 @@ module LockManager
                    waiters: waiters.map { |w| waiter(w) })
     end
 
-    def limiter_info(raw)
-      name, kind, used, remaining, retry_after, reset_after, first, second = raw
-      kind = kind.to_sym
-      LimiterInfo.new(name: name, kind: kind, rule: Limiter::Rule.stored(kind, first.to_f, Integer(second)),
-                      used: used, remaining: remaining, retry_after: retry_after, reset_after: reset_after)
-    end
-
     def holder(raw)
       token, jid, host, pid, thread, since_ms, ttl_ms = raw
       Holder.new(token: token, jid: jid, host: host, pid: pid, thread: thread,
@@ -187,3 +144,5 @@ module LockManager
     end
   end
 end
+
+require_relative "admin/limiters"

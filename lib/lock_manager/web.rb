@@ -178,11 +178,11 @@ module LockManager
         t("LockManagerKind#{kind.to_s.capitalize}")
       end
 
-      # When a limiter admits one more unit: "now" while any remain, else "in 3.2 s" (rounded up).
+      # When a limiter admits one more unit: "now" while any remain, else "in 3.2 s".
       def lock_manager_next_free(limiter)
-        return t("LockManagerNow") unless limiter.retry_after.positive?
+        seconds = limiter.next_free_in or return t("LockManagerNow")
 
-        t("LockManagerIn", duration: lock_manager_duration((limiter.retry_after * 10).ceil / 10.0))
+        t("LockManagerIn", duration: lock_manager_duration(seconds))
       end
 
       # Who holds (or waits): the job's jid, else host, pid and thread, else the token. (Waiters have no jid.)

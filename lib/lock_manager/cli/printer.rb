@@ -68,10 +68,9 @@ module LockManager
           seconds ? duration(seconds) : "-"
         end
 
-        # When a limiter admits one more unit: "now" while any remain, else "in 3.2s" (rounded up: not
-        # "in 0.0s" a few ms before).
-        def next_free(retry_after)
-          retry_after.positive? ? "in #{duration((retry_after * 10).ceil / 10.0)}" : "now"
+        # When a limiter admits one more unit: "now" while any remain, else "in 3.2s".
+        def next_free(limiter)
+          (seconds = limiter.next_free_in) ? "in #{duration(seconds)}" : "now"
         end
 
         # "4.2s", "3m07s", "2h05m", "1d04h"
@@ -105,7 +104,7 @@ module LockManager
 
       def limiter_row(limiter)
         [Printer.key(limiter.name), limiter.kind.to_s, limiter.rule.to_s, limiter.used.to_s, limiter.remaining.to_s,
-         Printer.next_free(limiter.retry_after), Printer.duration(limiter.reset_after)]
+         Printer.next_free(limiter), Printer.duration(limiter.reset_after)]
       end
 
       def row(lock)
