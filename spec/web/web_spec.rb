@@ -54,6 +54,15 @@ RSpec.describe "The Sidekiq Web Locks tab", order: :defined do
     File.expand_path("../..", __dir__)
   end
 
+  # Types `pattern` into the search box of the page at `path` and submits it, as a user does.
+  def search(path, pattern)
+    @browser.visit(@web.url(path))
+    @browser.find("#lock-manager-pattern").clear
+    @browser.find("#lock-manager-pattern").send_keys(pattern)
+    @browser.find("#lock-manager-search input[type=submit]").click
+    eventually { @browser.driver.current_url.include?("pattern=#{pattern[/\A\w+/]}") }
+  end
+
   def rows
     @browser.all("#lock-manager-locks tbody tr").map { |row| row.find_elements(css: "td").map(&:text) }
   end
@@ -87,11 +96,7 @@ RSpec.describe "The Sidekiq Web Locks tab", order: :defined do
   end
 
   it "searches by pattern" do
-    @browser.visit(@web.url("/locks"))
-    @browser.find("#lock-manager-pattern").clear
-    @browser.find("#lock-manager-pattern").send_keys("report:*")
-    @browser.find("#lock-manager-search input[type=submit]").click
-    eventually { @browser.driver.current_url.include?("pattern=report") }
+    search("/locks", "report:*")
     screenshot("search")
 
     expect(rows.map(&:first)).to eq(%w[report:daily report:weekly])
@@ -270,11 +275,7 @@ RSpec.describe "The Sidekiq Web Locks tab", order: :defined do
     end
 
     it "filters the limiters by pattern" do
-      @browser.visit(@web.url("/locks/limiters"))
-      @browser.find("#lock-manager-pattern").clear
-      @browser.find("#lock-manager-pattern").send_keys("sha*")
-      @browser.find("#lock-manager-search input[type=submit]").click
-      eventually { @browser.driver.current_url.include?("pattern=sha") }
+      search("/locks/limiters", "sha*")
 
       expect(limiter_rows.map { |cells| cells[0..1] }).to eq([["shared", "Rate (GCRA)"], ["shared", "Fixed window"]])
       expect(@browser.find("#lock-manager-pattern").attribute("value")).to eq("sha*")
