@@ -52,6 +52,32 @@ module LockManager
       native.release_claim(Arguments.key(key), Arguments.string(token, :token))
     end
 
+    # Parks a job on `key` (held by another): it waits in Redis for the release, which hands the
+    # lock to it (for `ttl` seconds, until it takes it over by `token` with #adopt) and runs its
+    # `push` (Sidekiq's commands for it, each [name, key, *args]). When no release comes, the
+    # `fallback` member of Sidekiq's `schedule` is due `grace` seconds after the lock would expire.
+    # For a Redis that is also the jobs' (#server_identity). The job integrations' on_conflict: :park.
+    # @param most [Integer, nil] how many jobs may be parked on the key at most
+    # @return [Array(Symbol, Integer)] [:parked, place in line], [:full, how many are parked], or
+    #   [:handed, 0]: the lock was free and went to the first parked job at once
+    # @api private
+    def park(key, token, ttl:, grace:, most:, schedule:, fallback:, push:)
+      native.park(Arguments.key(key), Arguments.string(token, :token), Arguments.milliseconds(ttl, :ttl),
+                  Arguments.milliseconds(grace, :grace), most || 0, schedule, fallback, push)
+    end
+
+    # The fallback of `key`'s parked jobs (#park): a free lock goes to the first of them.
+    # @return [String, nil] the token it went to
+    # @api private
+    def unpark(key)
+      native.unpark(Arguments.key(key))
+    end
+
+    # @return [Integer] how many jobs are parked on `key`
+    def parked_count(key)
+      native.parked_count(Arguments.key(key))
+    end
+
     private
 
     def claimed(keys, tokens, ttls, pushes)

@@ -59,6 +59,15 @@ module LockManager
       released
     end
 
+    # #release, but a lock no waiter is queued for goes to the first job parked on it
+    # (Claims#park): the lock of a job with on_conflict: :park.
+    # @api private
+    def release_parked
+      released = @native.release_parked
+      Instrumentation.released(key, released) { Instrumentation.clock - @acquired_at }
+      released
+    end
+
     def inspect
       "#<#{self.class} key=#{@key.inspect} token=#{token} fencing_token=#{fencing_token}>"
     end

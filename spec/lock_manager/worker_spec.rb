@@ -79,6 +79,15 @@ RSpec.describe LockManager::Worker do
       expect(child.lock_manager_key.call(3)).to eq("p:3")
     end
 
+    it "keeps what on_conflict: :park needs in the job's options" do
+      klass = job_class { lock_with :nonblocking, key: "k", on_conflict: :park, park_limit: 10, when_full: :raise }
+
+      expect(klass.get_sidekiq_options["lock_manager"]).to eq(
+        "mode" => "nonblocking", "key" => "k", "timeout" => 30, "limit" => 1, "on_conflict" => "park",
+        "reschedule_in" => 5, "park_limit" => 10, "when_full" => "raise"
+      )
+    end
+
     {
       [:sometimes, {}] => /mode/,
       [:nonblocking, { key: 42 }] => /key/,
@@ -101,7 +110,14 @@ RSpec.describe LockManager::Worker do
       [:until_executed, { unique_for: 60, limit: 2 }] => /limit is not for it/,
       [:until_executed, { unique_for: 60, renew: false }] => /always renews/,
       [:until_executing, { unique_for: 60, on_conflict: :skip }] => /on_conflict is not for :until_executing/,
-      [:nonblocking, { unique_for: 60 }] => /unique_for is for/
+      [:nonblocking, { unique_for: 60 }] => /unique_for is for/,
+      [:until_executed, { unique_for: 60, on_conflict: :park }] => /:park is for :nonblocking and/,
+      [:nonblocking, { on_conflict: :park, limit: 2 }] => /limit must be 1/,
+      [:nonblocking, { on_conflict: :park, renew: false }] => /renews the lock/,
+      [:nonblocking, { on_conflict: :park, park_limit: 0 }] => /park_limit/,
+      [:nonblocking, { on_conflict: :park, when_full: :wait }] => /when_full/,
+      [:nonblocking, { park_limit: 5 }] => /park_limit is for on_conflict: :park/,
+      [:nonblocking, { on_conflict: :skip, when_full: :skip }] => /when_full is for on_conflict: :park/
     }.each do |(mode, options), message|
       it "raises ArgumentError at class load for #{mode.inspect} #{options.inspect}, naming the option" do
         expect { job_class { lock_with mode, **options } }.to raise_error(ArgumentError, message)

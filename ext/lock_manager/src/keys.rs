@@ -174,6 +174,13 @@ impl KeySpace {
         }
     }
 
+    /// The jobs parked on the lock `key` (see `parking.rs`), in the lock's slot.
+    pub fn parked(&self, key: &[u8]) -> Vec<u8> {
+        let lock = self.lock(key);
+        let tag = slot_tag(hash_slot(&lock));
+        [INTERNAL_PREFIX, &tag, b":parked:", &lock].concat()
+    }
+
     /// The key of the limiter `name` of kind `kind` (`limits.rs`): internal, so that no lock key
     /// reaches it, in the slot `key_prefix + name` would have, one key per limiter.
     pub fn limiter(&self, kind: &[u8], name: &[u8]) -> Vec<u8> {

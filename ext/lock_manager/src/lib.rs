@@ -12,6 +12,7 @@ mod lease_events;
 mod limits;
 mod lock;
 mod lock_core;
+mod parking;
 mod per_process;
 mod pool;
 mod renewal;
@@ -32,6 +33,7 @@ pub use gvl::Interrupt;
 pub use keys::KeySpace;
 pub use lock::Lock;
 pub use lock_core::{Acquisition, Claim, LockCore, LockSettings, Replication};
+pub use parking::{ParkRequest, Parked};
 pub use pool::{PoolSettings, Topology};
 pub use request::{Renewal, Request};
 
@@ -47,6 +49,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     ruby::lock::init(ruby, native)?;
     ruby::limiter::init(ruby, native)?;
     ruby::claims::init(native)?;
+    ruby::parking::init(native)?;
     ruby::lease_events::init(native)?;
     ruby::admin::init(ruby, native)?;
     Ok(())

@@ -139,6 +139,17 @@ impl Lock {
             .release(&self.key, &self.token, self.request.limit, interrupt)
     }
 
+    /// `release`, handing a lock no waiter is queued for to the first job parked on it
+    /// (`parking.rs`): a parked job's own lock.
+    pub fn release_parked(&self, interrupt: &Interrupt) -> Result<bool, LockError> {
+        if !self.is_here() {
+            return Ok(false);
+        }
+        self.stop_renewal();
+        self.forget_holder();
+        self.core.release_parked(&self.key, &self.token, interrupt)
+    }
+
     /// Stops the lease and leaves the lock in Redis for `ttl_ms` more, for another process to
     /// take over (a unique job's lock while the job waits for its retry). This process no longer
     /// counts it as held. False when the token no longer held it, and in a child process.

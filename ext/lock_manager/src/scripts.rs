@@ -181,11 +181,13 @@ const PUBLISH: &str = include_str!("lua/shared/publish.lua");
 /// The semaphore helpers, after the queue's.
 const SEMAPHORE: &str = include_str!("lua/shared/semaphore.lua");
 
-/// What the limiters' scripts call.
-const LIMITING: &str = concat!(
+/// Redis's clock, with what it calls: for the limiters' and the parking scripts.
+const CLOCK: &str = concat!(
     include_str!("lua/shared/int.lua"),
     include_str!("lua/shared/time.lua"),
 );
+/// The parked jobs' helpers, after the clock's.
+const PARKING: &str = include_str!("lua/shared/park.lua");
 
 /// What the uncontended acquire found.
 pub enum Acquired {
@@ -278,15 +280,18 @@ script!(RELEASE_SHARED, [QUEUE, SEMAPHORE], "release_shared.lua");
 script!(LEAVE_SHARED, [QUEUE, SEMAPHORE], "leave_shared.lua");
 script!(REFRESH_SHARED, [QUEUE, SEMAPHORE], "refresh_shared.lua");
 script!(FORCE_RELEASE, [PUBLISH], "force_release.lua");
-script!(LIMIT_GCRA, [LIMITING], "limit_gcra.lua");
-script!(LIMIT_WINDOW, [LIMITING], "limit_window.lua");
-script!(LIMIT_SLIDING, [LIMITING], "limit_sliding.lua");
+script!(LIMIT_GCRA, [CLOCK], "limit_gcra.lua");
+script!(LIMIT_WINDOW, [CLOCK], "limit_window.lua");
+script!(LIMIT_SLIDING, [CLOCK], "limit_sliding.lua");
+script!(PARK, [CLOCK, PARKING], "park.lua");
+script!(RELEASE_PARKED, [QUEUE, PARKING], "release_parked.lua");
+script!(UNPARK, [CLOCK, PARKING], "unpark.lua");
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn all() -> [&'static LuaScript; 17] {
+    fn all() -> [&'static LuaScript; 20] {
         [
             &ACQUIRE,
             &CLAIM,
@@ -305,6 +310,9 @@ mod tests {
             &LIMIT_GCRA,
             &LIMIT_WINDOW,
             &LIMIT_SLIDING,
+            &PARK,
+            &RELEASE_PARKED,
+            &UNPARK,
         ]
     }
 
@@ -362,6 +370,9 @@ mod tests {
             "first_expiry",
             "hand_permit",
             "claim",
+            "parked_entry",
+            "arm_fallback",
+            "unpark_head",
         ];
         for script in all() {
             let source = script.source();

@@ -3,12 +3,15 @@
 require "digest"
 require "json"
 require_relative "conflict"
+require_relative "parkable"
 
 module LockManager
   # One job's lock, whichever framework runs the job (Sidekiq or ActiveJob): its key, and what its
   # `lock_with` strategy does when the job is pushed and while it runs. A unique job's lock is
   # held by the job's id, so any process can take it over, keep it for a retry, or release it.
   class JobLock
+    include Parkable
+
     # Where the run lock of :until_and_while_executing lives, after the job's key.
     RUN_SUFFIX = ":run"
 
@@ -95,6 +98,8 @@ module LockManager
     end
 
     def locked(key, &block)
+      return parkable(key, &block) if options.park?
+
       if options.blocking?
         LockManager.locker.blocking_lock(key, **options.lock_options, &block)
         return true

@@ -1,17 +1,20 @@
 # frozen_string_literal: true
 
+require_relative "conflict_options"
+
 module LockManager
   # The options of `lock_with`, checked, and stored JSON-safe (string keys, plain values) under
   # the Sidekiq option "lock_manager", so `set(lock_manager: { ... })` can override them per job.
   # A Proc key cannot travel in a job's JSON: it stays on the job class (see Worker).
   class JobOptions
+    include ConflictOptions
+
     # Held while the job runs: one attempt, or waiting for the lock.
     RUN_MODES = %w[nonblocking blocking].freeze
     # Held from push: until the job starts, until it succeeds, or until it starts and then while it runs.
     UNIQUE_MODES = %w[until_executing until_executed until_and_while_executing].freeze
     MODES = (RUN_MODES + UNIQUE_MODES).freeze
-    CONFLICTS = %w[skip reschedule raise].freeze
-    NAMES = %w[key timeout on_conflict reschedule_in limit renew max_hold unique_for].freeze
+    NAMES = %w[key timeout on_conflict reschedule_in limit renew max_hold unique_for park_limit when_full].freeze
     DEFAULTS = { "mode" => "nonblocking", "timeout" => 30, "on_conflict" => "skip", "reschedule_in" => 5,
                  "limit" => 1 }.freeze
 
@@ -26,6 +29,7 @@ module LockManager
       @key = key_option(options["key"])
       @on_conflict = conflict_option(options["on_conflict"], given.key?("on_conflict"))
       read_times(options)
+      read_parking(given)
     end
 
     # The options of the lock call: renewal only when lock_with chose (else the configured default).
@@ -44,9 +48,8 @@ module LockManager
 
     # What goes into sidekiq_options: nothing that JSON cannot carry, nothing the mode ignores.
     def to_h
-      conflict = { "on_conflict" => on_conflict, "reschedule_in" => reschedule_in } if conflicts?
       { "mode" => mode, "key" => (key if key.is_a?(String)), "timeout" => timeout, "limit" => limit,
-        "renew" => renew, "max_hold" => max_hold, "unique_for" => unique_for, **conflict.to_h }
+        "renew" => renew, "max_hold" => max_hold, "unique_for" => unique_for, **conflict_h }
         .compact.except(*implied)
     end
 
@@ -57,11 +60,6 @@ module LockManager
       @reschedule_in = seconds(options, "reschedule_in")
       @limit, @renew, @max_hold = holding(options)
       @unique_for = unique_for_option(options["unique_for"])
-    end
-
-    # Whether the job can find its lock held when it starts: every mode but these two.
-    def conflicts?
-      !blocking? && mode != "until_executing"
     end
 
     def seconds(options, name)
@@ -131,15 +129,6 @@ module LockManager
         raise ArgumentError, "lock_with key must be a String, a Proc over the job's arguments, or :class, " \
                              "got #{key.inspect}"
       end
-    end
-
-    def conflict_option(value, given)
-      if given && !conflicts? && value.to_s != "raise"
-        raise ArgumentError, "lock_with on_conflict is not for :#{mode}: " +
-                             (blocking? ? "it waits up to timeout, then raises" : "it takes no lock when the job runs")
-      end
-
-      choice(value, CONFLICTS, "on_conflict")
     end
   end
 

@@ -36,6 +36,10 @@ module LockManager
       # @raise [ArgumentError] at class load, naming the bad option
       def lock_with(mode = :nonblocking, **options)
         checked = JobOptions.new(options.merge(mode: mode))
+        if checked.park? && respond_to?(:lock_manager_callbacks?)
+          raise ArgumentError, "lock_with on_conflict: :park is for Sidekiq jobs (include LockManager::Worker " \
+                               "in a Sidekiq job class); an ActiveJob class can use :reschedule"
+        end
         @lock_manager_key = (checked.key if checked.key.is_a?(Proc))
         @lock_manager_options = checked.to_h.freeze
         return if respond_to?(:lock_manager_callbacks?)

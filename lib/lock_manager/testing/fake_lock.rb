@@ -51,6 +51,9 @@ module LockManager
         @store.release(@key, @token)
       end
 
+      # No job parks in the fake (on_conflict: :park reschedules there): nothing to hand on.
+      alias release_parked release
+
       # The release after a block: whether the lock was held to its end. A child forked inside the
       # block leaves its parent's lock alone.
       # @api private

@@ -30,6 +30,7 @@ module LockManager
       def release
         true
       end
+      alias release_parked release
     end
 
     # A limiter under `LockManager::Testing.disable!`: admits every call.

@@ -332,6 +332,11 @@ impl LockCore {
             })
     }
 
+    /// A release's reply handed the lock to a waiter: it may be one of this process's.
+    pub(crate) fn handed_over_here(&self, lock: &[u8], message: &[u8]) {
+        self.subscriber.handed_over_here(lock, message);
+    }
+
     /// Resets the TTL to `ttl_ms` (of this holder's slot, for `limit` > 1) if `token` still
     /// holds the lock.
     pub fn refresh(

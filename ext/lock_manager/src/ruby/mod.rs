@@ -10,3 +10,4 @@ pub mod lease_events;
 pub mod limiter;
 pub mod lock;
 pub mod locker;
+pub mod parking;

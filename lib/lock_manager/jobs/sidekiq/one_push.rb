@@ -64,6 +64,13 @@ module LockManager
           others
         end
 
+        # Sidekiq's commands for one job, as its atomic_push writes them (on a copy: it changes the job).
+        def commands(client, payload)
+          recorder = Recorder.new
+          client.send(:atomic_push, recorder, [payload.dup])
+          recorder.commands
+        end
+
         private
 
         def ours?
@@ -93,13 +100,6 @@ module LockManager
           return if OnRedisError.decide(locks.first.key, e) == :run
 
           Array.new(locks.size, OnRedisError::UNREACHABLE)
-        end
-
-        # Sidekiq's commands for one job, as its atomic_push writes them (on a copy: it changes the job).
-        def commands(client, payload)
-          recorder = Recorder.new
-          client.send(:atomic_push, recorder, [payload.dup])
-          recorder.commands
         end
 
         def testing?

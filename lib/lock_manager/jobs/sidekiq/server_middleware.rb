@@ -57,7 +57,8 @@ module LockManager
         by = lock.holder ? " by jid=#{lock.holder}" : ""
         JobConflict.handle(lock, Jobs.class_name(job), job["jid"],
                            log: ->(what, key) { Jobs.log("#{what} #{about(job)}: lock #{key.inspect} is held#{by}") },
-                           reschedule: ->(delay) { reschedule(job_instance, job, lock, delay) })
+                           reschedule: ->(delay) { reschedule(job_instance, job, lock, delay) },
+                           park: -> { Parking.park(job, lock) })
       end
 
       def reschedule(job_instance, job, lock, delay)

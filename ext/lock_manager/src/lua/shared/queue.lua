@@ -87,11 +87,13 @@ end
 -- one to tell). The hand-off overwrites the lock rather than deleting it first (see the top),
 -- after dequeue's writes: under maxmemory Redis refuses a script whose first write may grow
 -- memory (the SET), not one that has written already.
+-- `when_free`, when given, may take the lock instead of its being deleted (a parked job: see
+-- park.lua): it returns true when it did.
 -- Returns the message, or nil when the lock was freed.
-local function release_lock(handoff_ms)
+local function release_lock(handoff_ms, when_free)
   local head, ttl, channel = live_head()
   if not head then
-    redis.call('DEL', KEYS[1])
+    if not (when_free and when_free()) then redis.call('DEL', KEYS[1]) end
     return nil
   end
   dequeue(head)

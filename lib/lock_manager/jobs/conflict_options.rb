@@ -1,0 +1,64 @@
+# frozen_string_literal: true
+
+module LockManager
+  # The options of a job that finds its lock held (part of JobOptions): `on_conflict`, and for
+  # on_conflict: :park, `park_limit` (how many jobs may wait on one lock; nil: no limit) and
+  # `when_full` (what a job beyond it does).
+  module ConflictOptions
+    CONFLICTS = %w[skip reschedule raise park].freeze
+    WHEN_FULL = %w[skip raise reschedule].freeze
+    # The modes whose run lock a job can park on.
+    PARKING_MODES = %w[nonblocking until_and_while_executing].freeze
+
+    attr_reader :park_limit, :when_full
+
+    # Whether a job that finds its lock held waits in Redis for its release.
+    def park?
+      on_conflict == "park"
+    end
+
+    private
+
+    # Whether the job can find its lock held when it starts: every mode but these two.
+    def conflicts?
+      !blocking? && mode != "until_executing"
+    end
+
+    def conflict_option(value, given)
+      if given && !conflicts? && value.to_s != "raise"
+        raise ArgumentError, "lock_with on_conflict is not for :#{mode}: " +
+                             (blocking? ? "it waits up to timeout, then raises" : "it takes no lock when the job runs")
+      end
+
+      choice(value, CONFLICTS, "on_conflict")
+    end
+
+    # Checked once the others are: a parked job's lock is one holder's (its hand-over goes to one
+    # job) and renewed while the job runs (the line waits for its release, not its expiry).
+    def read_parking(given)
+      return refuse_parking_options(given) unless park?
+      unless PARKING_MODES.include?(mode)
+        raise ArgumentError, "lock_with on_conflict: :park is for :nonblocking and :until_and_while_executing"
+      end
+      raise ArgumentError, "lock_with on_conflict: :park hands the lock to one job: limit must be 1" if limit != 1
+      raise ArgumentError, "lock_with on_conflict: :park renews the lock while the job runs" if renew == false
+
+      @park_limit = given["park_limit"] && Arguments.positive_integer(given["park_limit"], "lock_with park_limit")
+      @when_full = choice(given.fetch("when_full", "skip"), WHEN_FULL, "when_full")
+    end
+
+    def refuse_parking_options(given)
+      %w[park_limit when_full].each do |name|
+        raise ArgumentError, "lock_with #{name} is for on_conflict: :park" if given.key?(name)
+      end
+    end
+
+    # What to_h keeps of these: nothing for a mode that never meets its lock held.
+    def conflict_h
+      return {} unless conflicts?
+
+      parking = { "park_limit" => park_limit, "when_full" => when_full } if park?
+      { "on_conflict" => on_conflict, "reschedule_in" => reschedule_in, **parking.to_h }
+    end
+  end
+end

@@ -1,0 +1,26 @@
+# frozen_string_literal: true
+
+module LockManager
+  # The run of a job with on_conflict: :park (see JobLock#run). Its lock is held by the job's id,
+  # so that a release can hand it to a parked job, which takes it over here by that id (or takes
+  # it, when free); its own release hands it on to the next parked job.
+  module Parkable
+    private
+
+    # @return [Boolean] false when another holds the lock (JobLock#holder says who): the job parks
+    def parkable(key, &block)
+      lock = LockManager.locker.adopt(key, token, timeout: options.timeout, max_hold: options.max_hold)
+    rescue LockManager::ConnectionError => e
+      unlocked(e, &block)
+    else
+      return held_by(lock, key) unless lock.is_a?(Lock)
+
+      begin
+        yield
+      ensure
+        settle(lock) { lock.release_parked }
+      end
+      true
+    end
+  end
+end

@@ -1,0 +1,44 @@
+# frozen_string_literal: true
+
+# The jobs of spec/sidekiq/parking_spec.rb, loaded by `sidekiq -r`: each records its work on the
+# timeline (demo/timeline.rb), so the spec reads what ran, when, and how many at once.
+require_relative "../../demo/jobs"
+
+# Scheduled jobs and the parked jobs' fallback come back within about a second (see sidekiq_jobs.rb).
+Sidekiq.configure_server do |config|
+  settings = config.respond_to?(:[]=) ? config : Sidekiq.options
+  settings[:poll_interval_average] = 0.5
+end
+
+# Jobs of one account wait for each other in Redis; the lock lives 3 s, renewed while a job runs.
+class ParkedWorker
+  include LockManager::Worker
+  include RecordedWork
+  lock_with :nonblocking, key: ->(account, *) { "parked:#{account}" }, on_conflict: :park, timeout: 3
+
+  def perform(account, seconds)
+    work(seconds, "parked done", [account, seconds])
+  end
+end
+
+# At most two wait; the others are skipped.
+class LimitedParkWorker
+  include LockManager::Worker
+  include RecordedWork
+  lock_with :nonblocking, key: "limited-park", on_conflict: :park, park_limit: 2, timeout: 3
+
+  def perform(number, seconds)
+    work(seconds, "limited done", [number, seconds])
+  end
+end
+
+# Unique while pending; running, its duplicates of the same arguments wait for it.
+class UniqueParkWorker
+  include LockManager::Worker
+  include RecordedWork
+  lock_with :until_and_while_executing, unique_for: 60, on_conflict: :park, timeout: 3
+
+  def perform(number)
+    work(1, "unique done", [number])
+  end
+end
