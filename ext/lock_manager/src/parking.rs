@@ -125,6 +125,49 @@ impl LockCore {
         })
     }
 
+    /// The entries of the jobs parked on `key`, first in line first, `limit` at most (JSON
+    /// arrays: see `lua/shared/park.lua`).
+    pub fn parked_entries(
+        &self,
+        key: &[u8],
+        limit: usize,
+        interrupt: &Interrupt,
+    ) -> Result<Vec<Vec<u8>>, LockError> {
+        let lock = self.redis_key(key);
+        let parked = self.keys().parked(key);
+        let last = i64::try_from(limit).unwrap_or(i64::MAX) - 1;
+        self.pool().round_trip(&lock, interrupt, None, |conn, _| {
+            redis::cmd("LRANGE")
+                .arg(&parked)
+                .arg(0)
+                .arg(last)
+                .query(conn)
+        })
+    }
+
+    /// Takes the job `token` out of `key`'s line: it will not run. True when it was there.
+    pub fn delete_parked(
+        &self,
+        key: &[u8],
+        token: &str,
+        interrupt: &Interrupt,
+    ) -> Result<bool, LockError> {
+        let lock = self.redis_key(key);
+        let parked = self.keys().parked(key);
+        self.pool().round_trip(&lock, interrupt, None, |conn, _| {
+            let entry = parked_entry_of(conn, &parked, token)?;
+            if entry.is_empty() {
+                return Ok(false);
+            }
+            let removed: i64 = redis::cmd("LREM")
+                .arg(&parked)
+                .arg(1)
+                .arg(entry)
+                .query(conn)?;
+            Ok(removed == 1)
+        })
+    }
+
     /// How many jobs are parked on `key`.
     pub fn parked_count(&self, key: &[u8], interrupt: &Interrupt) -> Result<u64, LockError> {
         let lock = self.redis_key(key);
@@ -157,27 +200,17 @@ fn parked_entry_of(
         .query(conn)?;
     Ok(entries
         .into_iter()
-        .find(|entry| entry_token(entry) == Some(token.as_bytes()))
+        .find(|entry| entry_of(entry, token))
         .unwrap_or_default())
 }
 
-/// The token of a line's entry: the first element of its MessagePack array, a string.
-fn entry_token(entry: &[u8]) -> Option<&[u8]> {
-    let (&array, rest) = entry.split_first()?;
-    if array & 0xf0 != 0x90 {
-        return None; // not a fixarray: not an entry of park.lua's
-    }
-    let (&tag, rest) = rest.split_first()?;
-    let (length, rest) = match tag {
-        0xa0..=0xbf => (usize::from(tag & 0x1f), rest),
-        0xd9 => (usize::from(*rest.first()?), &rest[1..]),
-        0xda => (
-            usize::from(u16::from_be_bytes([rest[0], rest[1]])),
-            &rest[2..],
-        ),
-        _ => return None,
-    };
-    rest.get(..length)
+/// Whether a line's entry (a JSON array, `lua/shared/park.lua`) is the job `token`'s: its first
+/// element. A job's id needs no escaping in JSON.
+fn entry_of(entry: &[u8], token: &str) -> bool {
+    entry
+        .strip_prefix(b"[\"")
+        .and_then(|rest| rest.strip_prefix(token.as_bytes()))
+        .is_some_and(|rest| rest.starts_with(b"\","))
 }
 
 fn parked_reply(reply: Vec<i64>) -> redis::RedisResult<Parked> {
@@ -198,15 +231,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_entry_s_token_is_its_first_string() {
-        // cmsgpack.pack({ 'jid-1', 1000 }) as Redis's Lua packs it.
-        assert_eq!(
-            entry_token(b"\x92\xa5jid-1\xcd\x03\xe8"),
-            Some(&b"jid-1"[..])
-        );
-        let long = [&[0x92, 0xd9, 40][..], &[b'x'; 40], &[0x01]].concat();
-        assert_eq!(entry_token(&long), Some(&[b'x'; 40][..]));
-        assert_eq!(entry_token(b"\x81\xa1a\x01"), None);
+    fn an_entry_is_a_job_s_by_its_first_element() {
+        let entry = br#"["jid-1",3000,1000,"schedule","{}",[["LPUSH","queue:a","{}"]]]"#;
+        assert!(entry_of(entry, "jid-1"));
+        assert!(!entry_of(entry, "jid-"));
+        assert!(!entry_of(entry, "jid-12"));
+        assert!(!entry_of(b"{}", "jid-1"));
     }
 
     #[test]

@@ -279,7 +279,11 @@ script!(WAIT_SHARED, [QUEUE, SEMAPHORE], "wait_shared.lua");
 script!(RELEASE_SHARED, [QUEUE, SEMAPHORE], "release_shared.lua");
 script!(LEAVE_SHARED, [QUEUE, SEMAPHORE], "leave_shared.lua");
 script!(REFRESH_SHARED, [QUEUE, SEMAPHORE], "refresh_shared.lua");
-script!(FORCE_RELEASE, [PUBLISH], "force_release.lua");
+script!(
+    FORCE_RELEASE,
+    [PUBLISH, CLOCK, PARKING],
+    "force_release.lua"
+);
 script!(LIMIT_GCRA, [CLOCK], "limit_gcra.lua");
 script!(LIMIT_WINDOW, [CLOCK], "limit_window.lua");
 script!(LIMIT_SLIDING, [CLOCK], "limit_sliding.lua");

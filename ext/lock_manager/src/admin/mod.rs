@@ -89,13 +89,19 @@ impl LockCore {
     }
 
     /// Removes every holder of `key` (without the prefix), whoever they are, and has its waiters
-    /// look again at once (`lua/force_release.lua`); touches no other key. True when a lock was
-    /// removed.
+    /// look again at once (`lua/force_release.lua`); the first job parked on it, if any, takes it.
+    /// True when a lock was removed.
     pub fn force_release(&self, key: &[u8], interrupt: &Interrupt) -> Result<bool, LockError> {
         let lock = self.redis_key(key);
+        let parked = self.keys().parked(key);
+        let keys: &[&[u8]] = if self.pool().is_cluster() {
+            &[&lock]
+        } else {
+            &[&lock, &parked]
+        };
         self.pool().round_trip(&lock, interrupt, None, |conn, _| {
             FORCE_RELEASE
-                .run::<i64>(conn, &[&lock], &[])
+                .run::<i64>(conn, keys, &[])
                 .map(|removed| removed == 1)
         })
     }

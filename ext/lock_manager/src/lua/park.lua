@@ -28,7 +28,7 @@ if key_at - 1 ~= #KEYS or arg_at - 1 ~= #ARGV then
   return redis.error_reply('ERR the keys and arguments of the push do not match')
 end
 
-local raw = cmsgpack.pack({ token, ttl_ms, grace_ms, schedule, fallback, push })
+local raw = cjson.encode({ token, ttl_ms, grace_ms, schedule, fallback, push })
 -- A first send that ran parked the job already: it keeps its place.
 if resent then
   local place = redis.call('LPOS', parked_key, raw)

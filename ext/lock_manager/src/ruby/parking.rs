@@ -13,6 +13,8 @@ pub fn init(native: RModule) -> Result<(), Error> {
     locker.define_method("park", method!(park, 8))?;
     locker.define_method("unpark", method!(unpark, 1))?;
     locker.define_method("parked_count", method!(parked_count, 1))?;
+    locker.define_method("parked_entries", method!(parked_entries, 2))?;
+    locker.define_method("delete_parked", method!(delete_parked, 2))?;
     let lock: RClass = native.const_get("Lock")?;
     lock.define_method("release_parked", method!(release_parked, 0))?;
     Ok(())
@@ -80,6 +82,35 @@ fn parked_count(ruby: &Ruby, rb_self: &NativeLocker, key: RString) -> Result<u64
     let to_ruby = |e| errors::for_key(ruby, e, key);
     blocking(ruby, to_ruby, |i| {
         rb_self.core().parked_count(&key_bytes, i)
+    })
+}
+
+/// The entries (JSON) of the jobs parked on `key`, `limit` at most.
+fn parked_entries(
+    ruby: &Ruby,
+    rb_self: &NativeLocker,
+    key: RString,
+    limit: usize,
+) -> Result<RArray, Error> {
+    let key_bytes = copy_bytes(key);
+    let to_ruby = |e| errors::for_key(ruby, e, key);
+    let entries = blocking(ruby, to_ruby, |i| {
+        rb_self.core().parked_entries(&key_bytes, limit, i)
+    })?;
+    Ok(ruby.ary_from_iter(entries.iter().map(|entry| ruby.str_from_slice(entry))))
+}
+
+/// Takes the job `token` out of `key`'s line: true when it was there.
+fn delete_parked(
+    ruby: &Ruby,
+    rb_self: &NativeLocker,
+    key: RString,
+    token: String,
+) -> Result<bool, Error> {
+    let key_bytes = copy_bytes(key);
+    let to_ruby = |e| errors::for_key(ruby, e, key);
+    blocking(ruby, to_ruby, |i| {
+        rb_self.core().delete_parked(&key_bytes, &token, i)
     })
 }
 

@@ -1,17 +1,17 @@
 -- Parked jobs: jobs that found their lock held and wait in Redis, in arrival order, for the
--- lock's release to push them to their queue. A lock's parked jobs are a list beside it; each
--- entry (MessagePack) holds the job's token (its id), the TTL its lock is handed over with, the
--- grace of its fallback, Sidekiq's schedule (a sorted set) and its fallback there (a member that
--- runs LockManager::Sidekiq::Unpark), and its push (Sidekiq's own commands, {name, key, args...}).
--- The fallback is what moves the line when no release comes (the holder's process died): it is
--- due `grace` ms after the lock would expire, and re-armed at every hand-over, so a line that
--- moves never wakes it.
+-- lock's release to push them to their queue. A lock's parked jobs are a list beside it. Each
+-- entry is a JSON array (Admin reads it too): the job's token (its id), the TTL its lock is
+-- handed over with, the grace of its fallback, Sidekiq's schedule (a sorted set) and its fallback
+-- there (a member that runs LockManager::Sidekiq::Unpark), and its push (Sidekiq's own commands,
+-- {name, key, args...}). The fallback is what moves the line when no release comes (the holder's
+-- process died): it is due `grace` ms after the lock would expire, and re-armed at every
+-- hand-over, so a line that moves never wakes it.
 --
 -- The pushes write Sidekiq's keys, which are not the script's KEYS: parking needs one Redis
 -- (never a Cluster), as the claim in the push does.
 
 local function parked_entry(raw)
-  local entry = cmsgpack.unpack(raw)
+  local entry = cjson.decode(raw)
   return { token = entry[1], ttl = entry[2], grace = entry[3], schedule = entry[4], fallback = entry[5],
            push = entry[6] }
 end
