@@ -248,7 +248,8 @@ RSpec.describe LockManager::Admin do
       expect(holders.map { |thread, _| thread.value.lost? }).to eq([true, true])
     end
 
-    it "touches nothing but the lock it releases: no other lock, queue, counter or key of the app" do
+    it "touches nothing but the lock it releases (and its line of parked jobs): no other lock, queue, counter " \
+       "or key of the app" do
       held = %w[a b].to_h { |key| [key, elsewhere.try_lock(key, timeout: 30)] }
       holder, done, = hold("s", with: new_locker, limit: 3)
       redis.hset("#{prefix}data", "field", "value") # the app's own key under the prefix
@@ -262,10 +263,13 @@ RSpec.describe LockManager::Admin do
       # A subscriber's keep-alive, or another locker's subscriber closing: neither names a key.
       commands = monitor.stop.map(&:last).grep_v(/\A"(PING|UNSUBSCRIBE|PUNSUBSCRIBE)"\z/)
 
-      expect(commands.grep_v(/\A"EVAL(SHA)?" /)).to eq(
-        [%("TYPE" "#{prefix}a"), %("DEL" "#{prefix}a"), %("PUBLISH" "lock_manager:#{prefix}a" "")]
+      parked = /\A"lock_manager:\{\w+\}:parked:#{prefix}a"\z/
+      expect(commands.grep_v(/\A"EVAL(SHA)?" /)).to match(
+        [%("TYPE" "#{prefix}a"), %("DEL" "#{prefix}a"), %("PUBLISH" "lock_manager:#{prefix}a" ""),
+         satisfy { |command| command.start_with?('"LPOP" ') && command.delete_prefix('"LPOP" ').match?(parked) }]
       )
-      expect(commands.grep(/\A"EVAL(SHA)?" /)).to all(end_with(%("1" "#{prefix}a"))) # EVAL after NOSCRIPT
+      expect(commands.grep(/\A"EVAL(SHA)?" /)) # EVAL after NOSCRIPT
+        .to all(match(/"2" "#{prefix}a" "lock_manager:\{\w+\}:parked:#{prefix}a"\z/))
       after = snapshot
       between_ms = ((monotonic - since) * 1000).ceil
       expect(after.keys).to eq(before.keys - ["#{prefix}a"])
