@@ -170,6 +170,30 @@ RSpec.describe "min_replicas", :topology do
       expect(limiter.try_acquire).to have_attributes(admitted?: true, remaining: 2) # the refused one gave its unit back
     end
 
+    it "parks a job only once the replica acknowledged it: otherwise NotReplicated, and it is out of the line" do
+      await_acknowledgements(set)
+      locker = replicated_locker
+      holder = locker.adopt("account", "jid-holder", timeout: 30)
+      park = lambda do |jid|
+        locker.park("account", jid, ttl: 5, grace: 1, most: nil, schedule: "#{prefix}schedule", fallback: "{}",
+                                    push: [["LPUSH", "#{prefix}queue", jid]])
+      end
+      expect(Thread.new { park.call("jid-1") }.value).to eq([:parked, 1])
+      error, took = with_replica_paused do
+        parking = Thread.new { park.call("jid-2") }
+        parking.report_on_exception = false
+        timed_error(LockManager::NotReplicated) { parking.value }
+      end
+
+      expect(took).to be < 0.05 + 0.5
+      expect(error.message).to include('lock "account": a job parked', "0 of the 1 replicas", "out of the line")
+      expect(locker.backend.parked_entries("account", 10).map { |entry| JSON.parse(entry).first }).to eq(["jid-1"])
+      await_acknowledgements(set)
+      expect(holder.release_parked).to be(true) # the line moves on to the acknowledged job alone
+      expect(client_of(set.primary).lrange("#{prefix}queue", 0, -1)).to eq(["jid-1"])
+      expect(client_of(set.primary).get(full("account"))).to eq("jid-1")
+    end
+
     it "blocking_lock keeps trying until its deadline, then raises NotReplicated" do
       await_acknowledgements(set)
       locker = replicated_locker

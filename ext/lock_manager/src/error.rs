@@ -39,6 +39,8 @@ pub enum LockError {
         needed: u32,
         reached: u32,
         timeout: Duration,
+        /// What was written and undone.
+        write: Written,
     },
     /// The lock stayed held by someone else until the deadline passed.
     NotAcquired { waited: Duration },
@@ -66,6 +68,15 @@ pub enum Unavailable {
     ClusterDown,
     /// It has as many clients as `maxclients` allows.
     TooManyClients,
+}
+
+/// What a write that `min_replicas` undid had done (for `NotReplicated`'s message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// A lock taken, or a limiter's units.
+    Lock,
+    /// A job parked on a lock (`parking.rs`).
+    ParkedJob,
 }
 
 impl LockError {
@@ -165,12 +176,19 @@ impl fmt::Display for LockError {
                 needed,
                 reached,
                 timeout,
-            } => write!(
-                f,
-                "acquired on {addr}, but {reached} of the {needed} replicas (min_replicas) \
-                 acknowledged it within replica_timeout ({:.3}s): released again, not granted",
-                timeout.as_secs_f64()
-            ),
+                write,
+            } => {
+                let (done, undone) = match write {
+                    Written::Lock => ("acquired", "released again, not granted"),
+                    Written::ParkedJob => ("a job parked", "taken out of the line again"),
+                };
+                write!(
+                    f,
+                    "{done} on {addr}, but {reached} of the {needed} replicas (min_replicas) \
+                     acknowledged it within replica_timeout ({:.3}s): {undone}",
+                    timeout.as_secs_f64()
+                )
+            }
             LockError::NotAcquired { waited } => {
                 write!(f, "lock still held after {:.3}s", waited.as_secs_f64())
             }

@@ -6,7 +6,7 @@
 
 use redis::{FromRedisValue, Value};
 
-use crate::error::LockError;
+use crate::error::{LockError, Written};
 use crate::gvl::Interrupt;
 use crate::lock_core::LockCore;
 use crate::scripts::{PARK, RELEASE_PARKED, UNPARK};
@@ -69,6 +69,22 @@ impl LockCore {
                     let wrote = !matches!(outcome, Parked::Full(_));
                     Ok((outcome, self.acknowledged_if(wrote, conn)?))
                 })?;
+        let unreplicated = |error| match error {
+            LockError::NotReplicated {
+                write: _,
+                addr,
+                needed,
+                reached,
+                timeout,
+            } => LockError::NotReplicated {
+                write: Written::ParkedJob,
+                addr,
+                needed,
+                reached,
+                timeout,
+            },
+            other => other,
+        };
         self.undone_unless_replicated(&lock, acknowledged, |undo| {
             // Still in line: taken out. Handed over already: it is in its queue, as any push.
             let _ = self.pool().round_trip(&lock, undo, None, |conn, _| {
@@ -78,7 +94,8 @@ impl LockCore {
                     .arg(parked_entry_of(conn, &parked, job.token)?)
                     .query::<i64>(conn)
             });
-        })?;
+        })
+        .map_err(unreplicated)?;
         Ok(outcome)
     }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, RedisError, Value};
 
-use crate::error::LockError;
+use crate::error::{LockError, Written};
 use crate::gvl::Interrupt;
 use crate::held::HeldLocks;
 use crate::keys::{KeySpace, LockKeys};
@@ -298,6 +298,7 @@ impl LockCore {
             needed: replication.replicas,
             reached,
             timeout: replication.timeout,
+            write: Written::Lock,
         })
     }
 
