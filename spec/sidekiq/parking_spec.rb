@@ -83,6 +83,7 @@ RSpec.describe "Parked jobs (on_conflict: :park) under Sidekiq", timeout: 120 do
     @sidekiq << SidekiqProcess.new(app: app, env: @env).start
     eventually(timeout: 30, interval: 0.1) { finished("ParkedWorker", "parked done", "b") == 5 }
     runs = intervals("ParkedWorker", "parked done", "b")
+    warn "kill to first parked run: #{(runs.first.first - killed).round(2)} s" if ENV["LM_FAULTS_TIMES"]
 
     expect(runs.size).to eq(5) # the holder's own run died with its process (Sidekiq's basic fetch)
     expect(Timeline.most_at_once(runs)).to eq(1)
