@@ -7,6 +7,7 @@ require_relative "job_lock"
 require_relative "active_job/after_commit"
 require_relative "active_job/bulk_enqueue"
 require_relative "active_job/throttled"
+require_relative "active_job/expiring"
 
 module LockManager
   # `include LockManager::Worker` in an ActiveJob class: the same `lock_with` as in a Sidekiq job,
@@ -21,6 +22,7 @@ module LockManager
     CLAIMED = :@lock_manager_claimed
 
     include Throttled
+    include Expiring
 
     def self.included(base)
       base.extend(ClassMethods)
@@ -83,11 +85,12 @@ module LockManager
       end
     end
 
-    # The lock this job claims when it is pushed: nil unless its mode is unique (its key is not even computed then).
+    # The lock this job claims when it is pushed: nil unless its mode is unique (its key is not even computed then),
+    # and for :until_expired once its lock has expired.
     # @api private
     def lock_manager_enqueue_lock
       options = lock_manager_job_options
-      lock_manager_lock(options) if options&.unique?
+      lock_manager_expiring(lock_manager_lock(options)) if options&.unique?
     end
 
     # A refused push: the job is not enqueued, perform_later returns false.
@@ -106,11 +109,9 @@ module LockManager
     end
 
     def lock_manager_lock(options = lock_manager_job_options)
-      return unless options
-
-      JobLock.new(options: options, class_name: self.class.name, args: arguments, token: job_id,
-                  key_proc: self.class.lock_manager_key,
-                  digest_args: -> { ::ActiveJob::Arguments.serialize(arguments) })
+      options && JobLock.new(options: options, class_name: self.class.name, args: arguments, token: job_id,
+                             key_proc: self.class.lock_manager_key,
+                             digest_args: -> { ::ActiveJob::Arguments.serialize(arguments) })
     end
 
     # Only a unique job takes a lock at push.

@@ -19,9 +19,9 @@ module LockManager
 
     private
 
-    # Whether the job can find its lock held when it starts: every mode but these two.
+    # Whether the job can find its lock held when it starts: every mode but these three.
     def conflicts?
-      !blocking? && mode != "until_executing"
+      !blocking? && mode != "until_executing" && !until_expired?
     end
 
     def conflict_option(value, given)

@@ -4,6 +4,7 @@ require "digest"
 require "json"
 require_relative "conflict"
 require_relative "parkable"
+require_relative "until_expired"
 
 module LockManager
   # One job's lock, whichever framework runs the job (Sidekiq or ActiveJob): its key, and what its
@@ -11,6 +12,7 @@ module LockManager
   # held by the job's id, so any process can take it over, keep it for a retry, or release it.
   class JobLock
     include Parkable
+    prepend UntilExpired::Expiring
 
     # Where the run lock of :until_and_while_executing lives, after the job's key.
     RUN_SUFFIX = ":run"
@@ -49,7 +51,8 @@ module LockManager
       job_locks.zip(scheduled_at).map { |lock, at| lock.pending_for(at, now) }
     end
 
-    # Seconds the lock of a job scheduled `at` (epoch seconds, or nil: now) lives while it waits.
+    # Seconds the lock of a job scheduled `at` (epoch seconds, or nil: now) lives while it waits (for
+    # :until_expired, until the expiry its first push set: UntilExpired).
     def pending_for(at, now = Time.now.to_f)
       options.unique_for + [at.to_f - now, 0].max
     end
@@ -60,14 +63,11 @@ module LockManager
     # @return [Boolean] false when the job's lock was held by another (see #holder): it did not run
     def run(retry_in:, &block)
       case options.mode
-      when "until_executing"
-        unclaimed do
-          yield
-          true
-        end
+      when "until_executing" then unclaimed { yield || true }
       when "until_and_while_executing"
         unclaimed { locked("#{key}#{RUN_SUFFIX}", &block) }
       when "until_executed" then adopted(retry_in, &block)
+      when "until_expired" then yield || true
       else locked(key, &block)
       end
     end

@@ -11,8 +11,9 @@ module LockManager
 
     # Held while the job runs: one attempt, or waiting for the lock.
     RUN_MODES = %w[nonblocking blocking].freeze
-    # Held from push: until the job starts, until it succeeds, or until it starts and then while it runs.
-    UNIQUE_MODES = %w[until_executing until_executed until_and_while_executing].freeze
+    # Held from push: until the job starts, until it succeeds, until it starts and then while it runs, or
+    # for unique_for whatever the job does.
+    UNIQUE_MODES = %w[until_executing until_executed until_and_while_executing until_expired].freeze
     MODES = (RUN_MODES + UNIQUE_MODES).freeze
     NAMES = %w[key timeout on_conflict reschedule_in limit renew max_hold unique_for park_limit when_full].freeze
     DEFAULTS = { "mode" => "nonblocking", "timeout" => 30, "on_conflict" => "skip", "reschedule_in" => 5,
@@ -44,6 +45,11 @@ module LockManager
     # Whether the lock is taken when the job is pushed (the until_* strategies).
     def unique?
       UNIQUE_MODES.include?(mode)
+    end
+
+    # Whether the lock, taken at push, lives unique_for whatever the job does.
+    def until_expired?
+      mode == "until_expired"
     end
 
     # What goes into sidekiq_options: nothing that JSON cannot carry, nothing the mode ignores.
@@ -89,8 +95,8 @@ module LockManager
 
     def unique_for_option(value)
       if !unique? && !value.nil?
-        raise ArgumentError, "lock_with unique_for is for :until_executing, :until_executed and " \
-                             ":until_and_while_executing"
+        raise ArgumentError, "lock_with unique_for is for :until_executing, :until_executed, " \
+                             ":until_and_while_executing and :until_expired"
       end
       return unless unique?
 

@@ -13,6 +13,7 @@ module LockManager
         return holder ? Jobs.refused(lock, job, holder) : yield if lock
 
         lock = Jobs.enqueue_lock(job, worker_class)
+        lock &&= UntilExpired.payload_lock(lock, job)
         return yield unless lock
         return OnePush.deferring(lock, &block) if OnePush.possible?(redis_pool)
 
