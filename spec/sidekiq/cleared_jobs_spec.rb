@@ -73,6 +73,15 @@ RSpec.describe "Jobs cleared or killed through Sidekiq's API" do
     expect(admin.keys("*")).to eq([])
   end
 
+  it "Queue#💣, Sidekiq's alias of clear, releases the locks as clear does" do
+    jid = park(ClearableJobs::UntilExecutedJob, 1)
+    expect(holder(key_of(ClearableJobs::UntilExecutedJob, 1))).to eq(jid)
+
+    expect(through_api_pool { Sidekiq::Queue.new("parked").public_send(:💣) }).to eq(legacy ? [1, true] : true)
+
+    expect([admin.exists?("queue:parked"), holder(key_of(ClearableJobs::UntilExecutedJob, 1))]).to eq([false, nil])
+  end
+
   it "ScheduledSet#clear releases the locks of the scheduled jobs, which are pushed again" do
     jids = modes.to_h { |klass| [klass, klass.perform_in(3600, 1)] }
     ClearableJobs::PlainJob.perform_in(3600, 1)
@@ -100,7 +109,7 @@ RSpec.describe "Jobs cleared or killed through Sidekiq's API" do
     expect([holder(retried_key), holder(dead_key)]).to eq([nil, dead])
     expect(admin.zcard("dead")).to eq(1)
 
-    expect(through_api_pool { Sidekiq::DeadSet.new.clear }).to eq(legacy ? 1 : true)
+    expect(through_api_pool { Sidekiq::DeadSet.new.public_send(:💣) }).to eq(legacy ? 1 : true) # clear's alias
     expect(holder(dead_key)).to be_nil
     expect([park(ClearableJobs::UntilExecutedJob, "retried"), park(ClearableJobs::UntilExecutedJob, "dead")])
       .to all(be_a(String))

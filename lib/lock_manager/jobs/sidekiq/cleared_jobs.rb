@@ -59,6 +59,8 @@ module LockManager
           replies = ClearedJobs.take(@rname, sorted: false) { |transaction| transaction.srem("queues", [name]) }
           REPLIES ? [replies[0], replies[4].positive?] : true
         end
+        # Sidekiq's alias of clear is bound to its own method.
+        alias_method :💣, :clear # rubocop:disable Style/Alias -- as a bare word, Naming/AsciiIdentifiers refuses it
       end
 
       # Prepended to Sidekiq::JobSet: the scheduled, retry and dead sets.
@@ -67,6 +69,7 @@ module LockManager
           replies = ClearedJobs.take(name, sorted: true)
           REPLIES ? replies[0] : true
         end
+        alias_method :💣, :clear # rubocop:disable Style/Alias -- as a bare word, Naming/AsciiIdentifiers refuses it
       end
     end
   end
