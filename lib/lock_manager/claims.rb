@@ -52,6 +52,16 @@ module LockManager
       native.release_claim(Arguments.key(key), Arguments.string(token, :token))
     end
 
+    # #release_claim of each key for its token (the claims of jobs removed in bulk): one round trip
+    # on one Redis (one per key on a Cluster).
+    # @return [Array<Boolean>] per key: whether it was released
+    def release_claims(keys, tokens)
+      raise ArgumentError, "release_claims: as many tokens as keys" unless keys.size == tokens.size
+
+      native.release_claims(keys.map { |key| Arguments.key(key) },
+                            tokens.map { |token| Arguments.string(token, :token) })
+    end
+
     # Parks a job on `key` (held by another): it waits in Redis for the release, which hands the
     # lock to it (for `ttl` seconds, until it takes it over by `token` with #adopt) and runs its
     # `push` (Sidekiq's commands for it, each [name, key, *args]). When no release comes, the

@@ -86,6 +86,13 @@ RSpec.describe "lock_with :until_expired" do
     expect(payload_of(jid)["lock_manager_expires_at"]).to eq(expires_at)
   end
 
+  it "keeps the lock when the job is deleted, killed or cleared through Sidekiq's API" do
+    jid = ExpiringJobs::Digest.perform_async(10)
+    LockManager::Sidekiq::RemovedJobs.release([payload_of(jid)]) # what every removal runs
+
+    expect(admin.get("#{prefix}digest:10")).to eq(jid)
+  end
+
   it "takes no lock for a push after the lock expired, and refuses nothing for it" do
     expired = { "class" => ExpiringJobs::Digest.name, "args" => [9], "jid" => SecureRandom.hex(12),
                 "lock_manager_expires_at" => Time.now.to_f - 1 }

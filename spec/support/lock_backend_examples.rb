@@ -338,6 +338,26 @@ RSpec.shared_examples "claims of a lock backend" do
     expect([locker.holder("job:1"), locker.locked?("job:1")]).to eq([nil, false])
   end
 
+  it "release_claims deletes, in one call, each claim its own token holds and no other" do
+    locker.claim(%w[job:1 job:2 job:3], %w[jid-a jid-b jid-c], [60, 60, 60])
+
+    released = locker.release_claims(%w[job:1 job:2 job:4], %w[jid-a jid-other jid-d])
+
+    expect(released).to eq([true, false, false])
+    expect(%w[job:1 job:2 job:3].map { |key| locker.holder(key) }).to eq([nil, "jid-b", "jid-c"])
+    expect(locker.release_claims([], [])).to eq([])
+    expect { locker.release_claims(%w[job:2], []) }.to raise_error(ArgumentError, /as many tokens as keys/)
+  end
+
+  it "release_claims hands a released claim to the waiter queued for its key" do
+    locker.claim(%w[job:1 job:2], %w[jid-a jid-b], [60, 60])
+    waiter = Thread.new { locker.blocking_lock("job:2", timeout: 5) { :waited } }
+    await_queued(waiter, "job:2", 1)
+
+    expect(locker.release_claims(%w[job:1 job:2], %w[jid-a jid-b])).to eq([true, true])
+    expect(waiter.value).to eq(:waited)
+  end
+
   it "adopt takes a claim over: the same token, renewed past its timeout, until released" do
     claimed = locker.claim(["job:1"], ["jid-a"], [60]).first
     lock = locker.adopt("job:1", "jid-a", timeout: 0.1)

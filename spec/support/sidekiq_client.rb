@@ -39,4 +39,16 @@ RSpec.shared_context "a Sidekiq client of its own" do
   end
 
   around { |example| Sidekiq::Client.via(@pool) { example.run } }
+
+  # Sidekiq 7 and 8's API (Queue, the job sets) follows Client.via; 6.4's uses the global pool, pointed at
+  # this spec's server meanwhile.
+  def through_api_pool
+    return yield unless Sidekiq::VERSION < "7"
+
+    global = Sidekiq.redis_pool
+    Sidekiq.redis = @pool
+    yield
+  ensure
+    Sidekiq.redis = global if global
+  end
 end

@@ -2,7 +2,8 @@
 
 # Sidekiq's Web UI with the Locks tab, served by Puma in a process of its own for spec/web, as an app
 # mounts it (`mount Sidekiq::Web => "/sidekiq"` behind a cookie session): run as
-# `ruby -Ilib spec/support/web_app.rb PORT REDIS_URL KEY_PREFIX`. SIDEKIQ serves a vendored Sidekiq.
+# `ruby -Ilib spec/support/web_app.rb PORT REDIS_URL KEY_PREFIX [FILE...]`, each FILE required after the
+# configuration (an app's job classes). SIDEKIQ serves a vendored Sidekiq.
 require_relative "stack"
 Stack.select!
 Stack.check!
@@ -13,13 +14,14 @@ require "rack"
 require "rack/session/cookie"
 require "rack/handler/puma"
 
-port, redis_url, key_prefix = ARGV
+port, redis_url, key_prefix, *requires = ARGV
 Sidekiq.configure_client { |config| config.redis = { url: redis_url } }
 require "lock_manager/web"
 LockManager.configure do |config|
   config.redis_url = redis_url
   config.key_prefix = key_prefix
 end
+requires.each { |file| require file }
 
 app = Rack::Builder.new do
   use Rack::Session::Cookie, secret: SecureRandom.hex(64), same_site: :lax, key: "lock_manager.web.session"

@@ -12,9 +12,11 @@ class WebServer
 
   attr_reader :port
 
-  def initialize(redis_url:, key_prefix:)
+  # @param requires [Array<String>] files the app loads too (the job classes whose locks its pages release)
+  def initialize(redis_url:, key_prefix:, requires: [])
     @redis_url = redis_url
     @key_prefix = key_prefix
+    @requires = requires
     @port = FreePort.pick
     @log_path = File.join(Dir.mktmpdir("lock_manager-web"), "web.log")
   end
@@ -25,7 +27,7 @@ class WebServer
 
   def start
     @pid = Process.spawn(RbConfig.ruby, "-I#{LIB}", File.join(__dir__, "web_app.rb"), port.to_s, @redis_url,
-                         @key_prefix, out: @log_path, err: %i[child out])
+                         @key_prefix, *@requires, out: @log_path, err: %i[child out])
     wait_until_serving
     self
   end

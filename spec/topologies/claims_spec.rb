@@ -4,8 +4,8 @@ require "spec_helper"
 require_relative "../support/topologies"
 
 # Job uniqueness rests on claims (a lock held by a job's id, taken in bulk, adopted by whichever
-# process runs the job, kept for a retry, released by id): the same on a Cluster, with keys on
-# every master, and through Sentinel.
+# process runs the job, kept for a retry, released by id, one or many at a time): the same on a
+# Cluster, with keys on every master, and through Sentinel.
 RSpec.describe "Claims (job uniqueness) on Cluster and Sentinel", :topology do
   def exercise(locker, keys, value_of)
     jids = keys.map { SecureRandom.hex(12) }
@@ -17,7 +17,10 @@ RSpec.describe "Claims (job uniqueness) on Cluster and Sentinel", :topology do
     expect(lock).to be_a(LockManager::Lock)
     expect(lock.keep(120)).to be(true)
     expect(locker.adopt(keys.first, "another-jid", timeout: 5)).to eq(jids.first)
-    keys.zip(jids).each { |key, jid| expect(locker.release_claim(key, jid)).to be(true) }
+    expect(locker.release_claim(keys.first, jids.first)).to be(true)
+    rest = keys.drop(1)
+    expect(locker.release_claims(rest, rest.map { "other" })).to all(be(false)) # never another id's
+    expect(locker.release_claims(rest, jids.drop(1))).to all(be(true))
     expect(keys.map { |key| locker.holder(key) }).to all(be_nil)
     locker.nonblocking_lock(keys.last, limit: 2) { expect(locker.holder(keys.last)).to be_nil } # N holders, not one
   end

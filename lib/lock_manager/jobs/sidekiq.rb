@@ -12,7 +12,10 @@ require_relative "sidekiq/one_push"
 require_relative "sidekiq/parking"
 require_relative "sidekiq/server_middleware"
 require_relative "sidekiq/bulk_push"
+require_relative "sidekiq/removed_jobs"
 require_relative "sidekiq/deleted_jobs"
+require_relative "sidekiq/killed_jobs"
+require_relative "sidekiq/cleared_jobs"
 require_relative "sidekiq/testing_runs"
 
 module LockManager
@@ -40,9 +43,7 @@ module LockManager
         [BulkPush::Client, OnePush::Push].each do |push|
           ::Sidekiq::Client.prepend(push) unless ::Sidekiq::Client <= push
         end
-        [::Sidekiq::JobRecord, ::Sidekiq::SortedEntry].each do |api|
-          api.prepend(DeletedJobs) unless api.instance_method(:delete).owner == DeletedJobs
-        end
+        install_api
         ::Sidekiq::Job::ClassMethods.prepend(TestingRuns) unless ::Sidekiq::Job::ClassMethods <= TestingRuns
       end
 
@@ -54,6 +55,16 @@ module LockManager
       end
 
       private
+
+      # The API's ways to remove a pending job (a Web UI button calls one of them): each releases
+      # the locks of the jobs it removes (RemovedJobs).
+      def install_api
+        [[::Sidekiq::JobRecord, :delete, DeletedJobs], [::Sidekiq::SortedEntry, :delete, DeletedJobs],
+         [::Sidekiq::DeadSet, :kill, KilledJobs], [::Sidekiq::Queue, :clear, ClearedJobs::Queue],
+         [::Sidekiq::JobSet, :clear, ClearedJobs::Set]].each do |api, method, releases|
+          api.prepend(releases) unless api.instance_method(method).owner == releases
+        end
+      end
 
       def install_middlewares
         ::Sidekiq.configure_client { |config| add(config.client_middleware, ClientMiddleware) }

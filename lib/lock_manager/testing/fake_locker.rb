@@ -67,6 +67,10 @@ module LockManager
         @store.release(key, token)
       end
 
+      def release_claims(keys, tokens)
+        keys.zip(tokens).map { |key, token| release_claim(key, token) }
+      end
+
       private
 
       def acquire(key, request)

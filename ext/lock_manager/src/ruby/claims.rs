@@ -21,6 +21,7 @@ pub fn init(native: RModule) -> Result<(), Error> {
     class.define_method("adopt", method!(adopt, 4))?;
     class.define_method("holder", method!(holder, 1))?;
     class.define_method("release_claim", method!(release_claim, 2))?;
+    class.define_method("release_claims", method!(release_claims, 2))?;
     Ok(())
 }
 
@@ -177,6 +178,31 @@ fn release_claim(
     blocking(ruby, to_ruby, |i| {
         rb_self.core().release(&key_bytes, &token, 1, i)
     })
+}
+
+/// Releases each `keys[i]` that `tokens[i]` holds (pending jobs removed in bulk), in one round
+/// trip on one Redis: per key, true if it did. An error names the first key.
+fn release_claims(
+    ruby: &Ruby,
+    rb_self: &NativeLocker,
+    keys: RArray,
+    tokens: Vec<String>,
+) -> Result<Vec<bool>, Error> {
+    if keys.len() != tokens.len() {
+        return Err(Error::new(
+            ruby.exception_arg_error(),
+            "release_claims: as many tokens as keys",
+        ));
+    }
+    let key_bytes = copy_keys(keys)?;
+    let claims: Vec<(&[u8], &str)> = key_bytes
+        .iter()
+        .map(Vec::as_slice)
+        .zip(tokens.iter().map(String::as_str))
+        .collect();
+    let first = key_bytes.first().cloned().unwrap_or_default();
+    let to_ruby = |e| errors::for_key_bytes(ruby, e, &first);
+    blocking(ruby, to_ruby, |i| rb_self.core().release_all(&claims, i))
 }
 
 fn shown(ruby: &Ruby, claimed: Claimed) -> Value {
