@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "backoff"
+
 module LockManager
   # The options of `lock_with`, checked, and stored JSON-safe (string keys, plain values) under
   # the Sidekiq option "lock_manager", so `set(lock_manager: { ... })` can override them per job.
@@ -11,11 +13,11 @@ module LockManager
     UNIQUE_MODES = %w[until_executing until_executed until_and_while_executing].freeze
     MODES = (RUN_MODES + UNIQUE_MODES).freeze
     CONFLICTS = %w[skip reschedule raise].freeze
-    NAMES = %w[key timeout on_conflict reschedule_in limit renew max_hold unique_for].freeze
-    DEFAULTS = { "mode" => "nonblocking", "timeout" => 30, "on_conflict" => "skip", "reschedule_in" => 5,
-                 "limit" => 1 }.freeze
+    NAMES = (%w[key timeout on_conflict limit renew max_hold unique_for] + JobBackoff::NAMES).freeze
+    DEFAULTS = { "mode" => "nonblocking", "timeout" => 30, "on_conflict" => "skip", "limit" => 1 }.freeze
 
-    attr_reader :mode, :key, :timeout, :on_conflict, :reschedule_in, :limit, :renew, :max_hold, :unique_for
+    # `backoff`: when a rescheduled job comes back, and how many times (JobBackoff).
+    attr_reader :mode, :key, :timeout, :on_conflict, :limit, :renew, :max_hold, :unique_for, :backoff
 
     # @param options [Hash] symbol or string keys, as given to lock_with or set(lock_manager: ...)
     # @raise [ArgumentError] naming the first bad option
@@ -26,6 +28,7 @@ module LockManager
       @key = key_option(options["key"])
       @on_conflict = conflict_option(options["on_conflict"], given.key?("on_conflict"))
       read_times(options)
+      @backoff = JobBackoff.new(options, reschedule: on_conflict == "reschedule")
     end
 
     # The options of the lock call: renewal only when lock_with chose (else the configured default).
@@ -44,7 +47,7 @@ module LockManager
 
     # What goes into sidekiq_options: nothing that JSON cannot carry, nothing the mode ignores.
     def to_h
-      conflict = { "on_conflict" => on_conflict, "reschedule_in" => reschedule_in } if conflicts?
+      conflict = { "on_conflict" => @on_conflict, **@backoff.to_h } if conflicts?
       { "mode" => mode, "key" => (key if key.is_a?(String)), "timeout" => timeout, "limit" => limit,
         "renew" => renew, "max_hold" => max_hold, "unique_for" => unique_for, **conflict.to_h }
         .compact.except(*implied)
@@ -54,7 +57,6 @@ module LockManager
 
     def read_times(options)
       @timeout = seconds(options, "timeout")
-      @reschedule_in = seconds(options, "reschedule_in")
       @limit, @renew, @max_hold = holding(options)
       @unique_for = unique_for_option(options["unique_for"])
     end

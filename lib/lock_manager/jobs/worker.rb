@@ -31,12 +31,13 @@ module LockManager
     module ClassMethods
       # @param mode [Symbol] :nonblocking (skip, reschedule or raise when held), :blocking (wait),
       #   or unique from push: :until_executing, :until_executed, :until_and_while_executing
-      # @param options see JobOptions: key, timeout, on_conflict, reschedule_in, limit, renew,
-      #   max_hold, unique_for
+      # @param options see JobOptions: key, timeout, on_conflict, reschedule_in, max_reschedules,
+      #   when_exhausted, limit, renew, max_hold, unique_for
       # @raise [ArgumentError] at class load, naming the bad option
       def lock_with(mode = :nonblocking, **options)
         checked = JobOptions.new(options.merge(mode: mode))
         @lock_manager_key = (checked.key if checked.key.is_a?(Proc))
+        @lock_manager_reschedule_in = (checked.backoff.reschedule_in if checked.backoff.reschedule_in.is_a?(Proc))
         @lock_manager_options = checked.to_h.freeze
         return if respond_to?(:lock_manager_callbacks?)
 
@@ -92,6 +93,13 @@ module LockManager
         return @lock_manager_key if defined?(@lock_manager_key)
 
         superclass.respond_to?(:lock_manager_key) ? superclass.lock_manager_key : nil
+      end
+
+      # The Proc given as `reschedule_in:`, if any (a Proc cannot travel in the job's JSON).
+      def lock_manager_reschedule_in
+        return @lock_manager_reschedule_in if defined?(@lock_manager_reschedule_in)
+
+        superclass.respond_to?(:lock_manager_reschedule_in) ? superclass.lock_manager_reschedule_in : nil
       end
     end
   end
