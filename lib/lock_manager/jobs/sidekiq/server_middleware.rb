@@ -56,10 +56,9 @@ module LockManager
       end
 
       def conflict(job_instance, job, lock)
-        held = ->(key) { "lock #{key.inspect} is held#{" by jid=#{lock.holder}" if lock.holder}" }
         JobConflict.handle(lock, Jobs.class_name(job), job["jid"],
                            reschedules: JobBackoff.count(job), reschedule_in: reschedule_in(job_instance, job),
-                           log: ->(what, key, more) { Jobs.log("#{what} #{about(job)}: #{held.call(key)}#{more}") },
+                           log: ->(what, key, more) { Jobs.log("#{what} #{about(job)}: #{held(lock, key)}#{more}") },
                            reschedule: ->(delay, count) { reschedule(job_instance, job, lock, delay, count) })
       end
 
@@ -73,11 +72,15 @@ module LockManager
         again = copy_of(job_instance, job, at: Time.now.to_f + delay).merge(JobBackoff::COUNT => count)
         jid = ::Sidekiq::Client.push(again)
         Jobs.log("rescheduled #{about(job)} in #{delay.round(1)}s as jid=#{jid} (reschedule #{count}): " \
-                 "lock #{lock.held_key.inspect} is held")
+                 "#{held(lock, lock.held_key)}")
       end
 
       def about(job)
         "#{Jobs.class_name(job)} jid=#{job["jid"]}"
+      end
+
+      def held(lock, key)
+        "lock #{key.inspect} is held#{" by jid=#{lock.holder}" if lock.holder}"
       end
 
       # The job pushed again for later, with the count of its reschedules. An iterable job (Sidekiq
