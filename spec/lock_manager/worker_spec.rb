@@ -49,6 +49,21 @@ RSpec.describe LockManager::Worker do
       expect(klass.get_sidekiq_options).not_to have_key("lock")
     end
 
+    it "stores max_reschedules and when_exhausted, and keeps a reschedule_in Proc on the class, inherited" do
+      backoff = ->(attempt) { attempt * 2 }
+      klass = job_class do
+        lock_with on_conflict: :reschedule, reschedule_in: backoff, max_reschedules: 3, when_exhausted: :raise
+      end
+
+      expect(klass.get_sidekiq_options["lock_manager"]).to eq(
+        "mode" => "nonblocking", "timeout" => 30, "limit" => 1, "on_conflict" => "reschedule",
+        "max_reschedules" => 3, "when_exhausted" => "raise"
+      )
+      expect(klass.lock_manager_reschedule_in).to equal(backoff)
+      expect(Class.new(klass).lock_manager_reschedule_in).to equal(backoff)
+      expect(job_class { lock_with on_conflict: :reschedule, reschedule_in: 2 }.lock_manager_reschedule_in).to be_nil
+    end
+
     it "keeps String keys in the options, and :class as no key at all" do
       expect(job_class { lock_with :blocking, key: "fixed" }.get_sidekiq_options["lock_manager"])
         .to eq("mode" => "blocking", "key" => "fixed", "timeout" => 30, "limit" => 1)
@@ -58,8 +73,7 @@ RSpec.describe LockManager::Worker do
     it "stores the uniqueness modes with unique_for, their renewal and limit implied" do
       klass = job_class { lock_with :until_executed, unique_for: 3600, timeout: 10 }
       expect(klass.get_sidekiq_options["lock_manager"]).to eq(
-        "mode" => "until_executed", "timeout" => 10, "unique_for" => 3600, "on_conflict" => "skip",
-        "reschedule_in" => 5
+        "mode" => "until_executed", "timeout" => 10, "unique_for" => 3600, "on_conflict" => "skip"
       )
       expect(LockManager::JobOptions.new(klass.get_sidekiq_options["lock_manager"]).renew).to be(true)
       expect(job_class { lock_with :until_executing, unique_for: 60 }.get_sidekiq_options["lock_manager"])
@@ -84,7 +98,7 @@ RSpec.describe LockManager::Worker do
 
       expect(klass.get_sidekiq_options["lock_manager"]).to eq(
         "mode" => "nonblocking", "key" => "k", "timeout" => 30, "limit" => 1, "on_conflict" => "park",
-        "reschedule_in" => 5, "park_limit" => 10, "when_full" => "raise"
+        "park_limit" => 10, "when_full" => "raise"
       )
     end
 
@@ -99,6 +113,9 @@ RSpec.describe LockManager::Worker do
       [:nonblocking, { on_conflict: :wait }] => /on_conflict/,
       [:blocking, { on_conflict: :skip }] => /on_conflict/,
       [:nonblocking, { reschedule_in: -1 }] => /reschedule_in/,
+      [:nonblocking, { max_reschedules: 3 }] => /max_reschedules is for on_conflict: :reschedule/,
+      [:nonblocking, { on_conflict: :reschedule, max_reschedules: -1 }] => /max_reschedules/,
+      [:nonblocking, { on_conflict: :reschedule, when_exhausted: :raise }] => /when_exhausted needs max_reschedules/,
       [:nonblocking, { limit: 0 }] => /limit/,
       [:nonblocking, { limit: 2.5 }] => /limit/,
       [:nonblocking, { ttl: 5 }] => /ttl/,
@@ -195,6 +212,106 @@ RSpec.describe LockManager::Worker do
       expect(entry.args).to eq([1, "two"])
       expect(entry.at.to_f - before).to be_between(60, 75.5)
       entry.delete
+    end
+
+    describe "on_conflict: :reschedule's backoff" do
+      let(:count) { LockManager::JobBackoff::COUNT }
+
+      def scheduled(klass)
+        Sidekiq::ScheduledSet.new.select { |e| e.klass == klass.name }
+      end
+
+      after { Sidekiq::ScheduledSet.new.clear }
+
+      it "pushes the job again carrying its count, for the default curve's delay of that attempt" do
+        klass = job_class("CurveJob") { lock_with key: "busy", on_conflict: :reschedule }
+        elsewhere.try_lock("busy")
+        job = job_hash(klass, 1).merge(count => 3)
+        before = Time.now.to_f
+        expect(run(klass, job)).to be(false)
+
+        entry = scheduled(klass).first
+        expect(entry.item).to include("args" => [1], count => 4)
+        expect(entry.at.to_f - before).to be_between(8, 10.5) # the 4th: 8 s plus up to 25%
+        expect(log.string).to include("rescheduled CurveJob jid=#{job["jid"]} in ",
+                                      "(reschedule 4): lock \"busy\" is held")
+      end
+
+      it "asks the class's Proc with the attempt (the job's own number overrides it)" do
+        seen = []
+        klass = job_class("ProcJob") do
+          lock_with key: "busy", on_conflict: :reschedule, reschedule_in: ->(attempt) { (seen << attempt).last * 100 }
+        end
+        elsewhere.try_lock("busy")
+        before = Time.now.to_f
+        run(klass, job_hash(klass))
+        run(klass, job_hash(klass).merge(count => 1))
+        run(klass, job_hash(klass, lock_manager: { "reschedule_in" => 1000 }))
+
+        expect(seen).to eq([1, 2])
+        expect(scheduled(klass).map { |e| [e.item[count], (e.at.to_f - before).round(-1)] })
+          .to contain_exactly([1, 100], [2, 200], [1, be_between(1000, 1250)])
+      end
+
+      it "fails the job naming the class and option when the Proc gives no positive seconds" do
+        klass = job_class("BadProcJob") { lock_with key: "busy", on_conflict: :reschedule, reschedule_in: ->(_) { 0 } }
+        elsewhere.try_lock("busy")
+        expect { run(klass, job_hash(klass)) }
+          .to raise_error(ArgumentError, /BadProcJob lock_with reschedule_in\(1\) must be a positive number/)
+      end
+
+      it "skips a job past max_reschedules, one line naming class, jid, key and count" do
+        klass = job_class("ExhaustedJob") { lock_with key: "busy", on_conflict: :reschedule, max_reschedules: 2 }
+        elsewhere.try_lock("busy")
+        run(klass, job_hash(klass).merge(count => 1))
+        job = job_hash(klass).merge(count => 2)
+        expect(run(klass, job)).to be(false)
+
+        expect(scheduled(klass).map { |e| e.item[count] }).to eq([2])
+        expect(log.string.lines.grep(/lock_manager: skipped/))
+          .to match([end_with("lock_manager: skipped ExhaustedJob jid=#{job["jid"]}: lock \"busy\" is held after 2 " \
+                              "reschedules (max_reschedules)\n")])
+      end
+
+      it "raises LockNotAcquired past max_reschedules with when_exhausted: :raise" do
+        klass = job_class("RaisingJob") do
+          lock_with key: "busy", on_conflict: :reschedule, max_reschedules: 0, when_exhausted: :raise
+        end
+        elsewhere.try_lock("busy")
+        expect { run(klass, job_hash(klass)) }.to raise_error(LockManager::LockNotAcquired, /"busy"/)
+        expect(scheduled(klass)).to eq([])
+      end
+
+      it "counts again for Sidekiq's retry of a job that failed in its own code, not of one that gave up" do
+        klass = job_class("RetriedJob") { lock_with key: "busy", on_conflict: :reschedule, max_reschedules: 3 }
+        elsewhere.try_lock("busy")
+        run(klass, job_hash(klass, retry_count: 0, error_class: "RuntimeError").merge(count => 3))
+        expect(scheduled(klass).map { |e| e.item[count] }).to eq([1])
+
+        gave_up = job_hash(klass, retry_count: 0, error_class: "LockManager::LockNotAcquired").merge(count => 3)
+        expect(run(klass, gave_up)).to be(false)
+        expect(log.string).to include("skipped RetriedJob jid=#{gave_up["jid"]}: lock \"busy\" is held after 3")
+      end
+
+      it "counts again for Sidekiq's retry of a wrapped ActiveJob that failed in its own code: in its data" do
+        plain = Class.new { include Sidekiq::Worker }
+        data = { "job_class" => "SomeJob", "arguments" => [], count => 2 }
+        failed = { "class" => "JobWrapper", "wrapped" => "SomeJob", "args" => [data], "error_class" => "Boom" }
+        middleware.call(plain.new, failed, "default") { nil }
+        expect(data).not_to have_key(count)
+
+        data = { "job_class" => "SomeJob", "arguments" => [], count => 2 }
+        gave_up = failed.merge("args" => [data], "error_class" => "LockManager::LockNotAcquired")
+        middleware.call(plain.new, gave_up, "default") { nil }
+        expect(data[count]).to eq(2)
+      end
+
+      it "forgets the count once the job runs" do
+        klass = job_class("RunsJob") { lock_with key: "free", on_conflict: :reschedule }
+        job = job_hash(klass).merge(count => 4)
+        expect(run(klass, job)).to be(true)
+        expect(job).not_to have_key(count)
+      end
     end
 
     it "raises LockNotAcquired (for Sidekiq's retry) with on_conflict: :raise" do

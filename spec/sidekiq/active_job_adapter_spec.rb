@@ -246,6 +246,34 @@ RSpec.describe "ActiveJob on the Sidekiq adapter, end to end" do
     expect(keys).to eq([])
   end
 
+  it "on_conflict: :reschedule: pushed again through the adapter after 1, then 2 s (+ up to 25%), its count in its " \
+     "data; the same job runs once the lock is free" do
+    LockManager.locker.claim(["aj-backoff"], ["another-owner"], [60])
+    job = AjBackoffJob.perform_later("backoff", 0)
+    seen = {} # count => the delay its push carries (its "at" less its "created_at"), each as it waits to be due
+    eventually(timeout: 20, interval: 0.02) do
+      admin.zrange("schedule", 0, -1, with_scores: true).each do |payload, at|
+        pushed = JSON.parse(payload)
+        data = pushed["args"].first
+        next unless pushed["wrapped"] == "AjBackoffJob" && data["job_id"] == job.job_id
+
+        created = pushed["created_at"] > 1e11 ? pushed["created_at"] / 1000.0 : pushed["created_at"] # Sidekiq 8: ms
+        seen[data["lock_manager_reschedules"]] ||= at - created
+      end
+      seen.key?(2)
+    end
+    LockManager.locker.release_claim("aj-backoff", "another-owner")
+    wait_for_job(job, "done")
+
+    expect(seen[1]).to be_between(0.75, 1.25)
+    expect(seen[2]).to be_between(1.75, 2.5)
+    expect(events(AjBackoffJob, "working").map { |e| e["jid"] }).to eq([job.job_id])
+    expect(events(AjBackoffJob, "skipped").map { |e| e["jid"] }.uniq).to eq([job.job_id])
+    expect(@sidekiq.log).to include("rescheduled AjBackoffJob job_id=#{job.job_id} in ", "(reschedule 2)")
+  ensure
+    LockManager.locker.release_claim("aj-backoff", "another-owner")
+  end
+
   it "a server middleware the app adds after requiring lock_manager/sidekiq runs too" do
     seen = admin.get("#{@timeline}:late").to_i
     job = AjOtherNonblockingJob.perform_later("late", 0)

@@ -66,7 +66,7 @@ RSpec.describe "Parked jobs (on_conflict: :park) under Sidekiq", timeout: 120 do
     expect(runs.first.first).to be < runs[1].first # the holder first
     expect(gaps.sort[gaps.size / 2]).to be < 0.1 # median: a release pushes the next job itself
     expect(gaps.max).to be < 2 # no job waits for a poll or its fallback, even on a busy machine
-    expect(log_lines(/parked \(\d+ in line\) ParkedWorker .*"parked:a"/).size).to eq(100)
+    expect(log_lines(/parked ParkedWorker jid=\h+: lock "parked:a" is held by jid=\h+ \(\d+ in line\)/).size).to eq(100)
     fallback = JSON.parse(LockManager::Sidekiq::Unpark.fallback("parked:a", "default"))["jid"]
     expect(log_lines(/rescheduled|Unpark jid=#{fallback}/)).to be_empty # nor did the fallback run
     expect(Sidekiq::ScheduledSet.new.size).to eq(0) # the fallback went with the last parked job
@@ -103,7 +103,8 @@ RSpec.describe "Parked jobs (on_conflict: :park) under Sidekiq", timeout: 120 do
     sleep 1 # nothing else runs
 
     expect(events("LimitedParkWorker").count { |e| e["event"] == "limited done" }).to eq(3)
-    expect(log_lines(/skipped \(2 parked, park_limit\) LimitedParkWorker/).size).to eq(2)
+    skipped = /skipped LimitedParkWorker jid=\h+: lock "limited-park" .* \(2 parked: park_limit\)/
+    expect(log_lines(skipped).size).to eq(2)
     expect(Timeline.most_at_once(Timeline.work_intervals(events("LimitedParkWorker"), "limited done"))).to eq(1)
   end
 
@@ -116,7 +117,7 @@ RSpec.describe "Parked jobs (on_conflict: :park) under Sidekiq", timeout: 120 do
     runs = intervals("UniqueParkWorker", "unique done", 7)
 
     expect(Timeline.most_at_once(runs)).to eq(1)
-    expect(log_lines(/parked \(1 in line\) UniqueParkWorker jid=#{second}: lock "UniqueParkWorker:\h+:run"/).size)
+    expect(log_lines(/parked UniqueParkWorker jid=#{second}: lock "UniqueParkWorker:\h+:run" .* \(1 in line\)/).size)
       .to eq(1)
   end
 end

@@ -126,6 +126,13 @@ class AjOtherReportJob < ApplicationJob
   lock_with :until_executed, unique_for: 60
 end
 
+# on_conflict: :reschedule through its callbacks: `retry_job` pushes it again through the adapter, its count
+# of reschedules in its serialized data.
+class AjBackoffJob < ApplicationJob
+  include LockManager::Worker
+  lock_with :nonblocking, key: "aj-backoff", on_conflict: :reschedule, max_reschedules: 5
+end
+
 # Sidekiq's ActiveJob integration only: the Sidekiq middleware locks these, keyed on their own class.
 class AjOptionsJob < ApplicationJob
   sidekiq_options lock_manager: { "mode" => "nonblocking" }

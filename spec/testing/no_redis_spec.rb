@@ -90,6 +90,12 @@ RSpec.describe "LockManager::Testing without Redis" do
         def perform(user_id) = RAN << LockManager::Locker.instance.locked?("user:\#{user_id}")
       end
 
+      class ResyncJob
+        include LockManager::Worker
+        lock_with :nonblocking, key: ->(id) { "resync:\#{id}" }, on_conflict: :reschedule, max_reschedules: 2
+        def perform(id) = RAN << id
+      end
+
       RSpec.describe "jobs", lock_manager: :fake do
         before do
           RAN.clear
@@ -132,6 +138,19 @@ RSpec.describe "LockManager::Testing without Redis" do
           expect(RAN).to eq([3, 3])
         end
 
+        it "fake!: a job whose key another holds comes back with its count, and is skipped past max_reschedules" do
+          LockManager.locker.claim(["resync:1"], ["someone-else"], [60])
+          Sidekiq::Testing.fake! do
+            ResyncJob.perform_async(1)
+            ResyncJob.perform_one
+            expect(ResyncJob.jobs.map { |job| job["lock_manager_reschedules"] }).to eq([1])
+            expect(ResyncJob.jobs.first["at"] - Time.now.to_f).to be_between(0.5, 1.25) # the first: 1 s + up to 25%
+            ResyncJob.drain # the fake runs it at once: rescheduled once more, then skipped
+            expect(ResyncJob.jobs).to eq([])
+          end
+          expect(RAN).to eq([])
+        end
+
         it "disabled: every job runs, nothing is refused", lock_manager: :disabled do
           Sidekiq::Testing.fake! do
             3.times { ReportJob.perform_async(4) }
@@ -143,7 +162,7 @@ RSpec.describe "LockManager::Testing without Redis" do
 
     output = run_child(Gem.bin_path("rspec-core", "rspec"), spec)
 
-    expect(output).to include("5 examples, 0 failures")
+    expect(output).to include("6 examples, 0 failures")
     require "sidekiq/version"
     expect(output).to include("Sidekiq #{Sidekiq::VERSION}")
   end

@@ -8,6 +8,7 @@ require_relative "active_job/after_commit"
 require_relative "active_job/bulk_enqueue"
 require_relative "active_job/throttled"
 require_relative "active_job/expiring"
+require_relative "active_job/rescheduled"
 
 module LockManager
   # `include LockManager::Worker` in an ActiveJob class: the same `lock_with` as in a Sidekiq job,
@@ -23,6 +24,7 @@ module LockManager
 
     include Throttled
     include Expiring
+    include Rescheduled
 
     def self.included(base)
       base.extend(ClassMethods)
@@ -156,15 +158,9 @@ module LockManager
       end
 
       # The adapter (or retry_on) may try again: a unique job's lock outlives the failure by unique_for.
-      ran = lock.run(retry_in: ->(_error) { 0 }, &block)
+      ran = lock.run(retry_in: ->(_error) { 0 }) { lock_manager_running(&block) }
       lock_manager_conflict(lock) unless ran
       ran
-    end
-
-    def lock_manager_conflict(lock)
-      JobConflict.handle(lock, self.class.name, job_id,
-                         log: ->(what, key) { lock_manager_log(what, key, lock.holder ? " by #{lock.holder}" : "") },
-                         reschedule: ->(seconds) { retry_job(wait: seconds) })
     end
   end
 end

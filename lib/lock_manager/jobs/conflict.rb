@@ -4,48 +4,66 @@ module LockManager
   # What a job that found its lock held does (`on_conflict`), under Sidekiq and ActiveJob alike; each
   # framework says only how it logs a line about the job and how it runs the job again later.
   module JobConflict
-    # The conflict event, then skip (a log line), reschedule (in `reschedule_in` seconds plus up to a
-    # quarter more, so that rescheduled jobs do not all come back at once), raise LockNotAcquired, or
-    # park (see .parked).
+    # A job's conflict, as its framework tells it: how to log and reschedule it, and how to park it.
+    # @!attribute log [#call] called with the line's verb, the key held, and what to add ("skipped", key, "")
+    # @!attribute reschedule [#call] called with the seconds after which the job runs again, and the count
+    #   of reschedules it carries then
+    # @!attribute park [#call, nil] parks the job: returns Claims#park's reply, or nil where it cannot
+    # @!attribute reschedules [Integer] how many times the job was rescheduled already (JobBackoff.count)
+    # @!attribute reschedule_in [Proc, nil] the class's `reschedule_in` Proc (a Proc cannot travel in a job)
+    Ways = Struct.new(:class_name, :log, :reschedule, :park, :reschedules, :reschedule_in, keyword_init: true)
+
+    # The conflict event, then skip (a log line), reschedule (when and how often: JobBackoff), raise
+    # LockNotAcquired, or park (see .parked).
     # @param lock [JobLock] the lock #run found held
-    # @param log [#call] called with the line's verb and the key held ("skipped", key)
-    # @param reschedule [#call] called with the seconds after which the job runs again
-    # @param park [#call, nil] parks the job: returns Claims#park's reply, or nil where it cannot
-    def self.handle(lock, class_name, job_id, log:, reschedule:, park: nil)
+    def self.handle(lock, class_name, job_id, log:, reschedule:, park: nil, reschedules: 0, reschedule_in: nil)
       Instrumentation.conflict(lock, class_name, job_id)
+      ways = Ways.new(class_name: class_name, log: log, reschedule: reschedule, park: park,
+                      reschedules: reschedules, reschedule_in: reschedule_in)
       case lock.options.on_conflict
-      when "skip" then log.call("skipped", lock.held_key)
-      when "reschedule" then reschedule.call(later(lock))
-      when "park" then parked(lock, park&.call, log: log, reschedule: reschedule)
+      when "skip" then log.call("skipped", lock.held_key, "")
+      when "reschedule" then rescheduled(lock, ways)
+      when "park" then parked(lock, park&.call, ways)
       else raise LockNotAcquired, lock.held_key
       end
+    end
+
+    # Pushed again after the backoff's delay; past max_reschedules, skipped (one line) or LockNotAcquired.
+    def self.rescheduled(lock, ways)
+      backoff = lock.options.backoff
+      done = ways.reschedules
+      return exhausted(lock, done, ways) if backoff.exhausted?(done)
+
+      ways.reschedule.call(backoff.delay(done + 1, ways.class_name, ways.reschedule_in), done + 1)
+    end
+
+    def self.exhausted(lock, done, ways)
+      raise LockNotAcquired, lock.held_key if lock.options.backoff.when_exhausted == "raise"
+
+      ways.log.call("skipped", lock.held_key, " after #{done} reschedules (max_reschedules)")
     end
 
     # A parked job waits for the release; one over `park_limit` does as `when_full` says; where it
     # cannot park (Sidekiq's Redis is not the locks') it is rescheduled.
-    def self.parked(lock, outcome, log:, reschedule:)
+    def self.parked(lock, outcome, ways)
       state, count = outcome
       case state
-      when :parked then log.call("parked (#{count} in line)", lock.held_key)
-      when :handed then log.call("parked and pushed again at once (the lock came free)", lock.held_key)
-      when :full then full(lock, count, log: log, reschedule: reschedule)
+      when :parked then ways.log.call("parked", lock.held_key, " (#{count} in line)")
+      when :handed then ways.log.call("parked", lock.held_key, ", and pushed again at once: the lock came free")
+      when :full then full(lock, count, ways)
       else
-        log.call("rescheduled, not parked (Sidekiq's Redis is not the locks')", lock.held_key)
-        reschedule.call(later(lock))
+        ways.log.call("not parked", lock.held_key, " (Sidekiq's Redis is not the locks'): rescheduled")
+        rescheduled(lock, ways)
       end
     end
 
-    def self.full(lock, count, log:, reschedule:)
+    def self.full(lock, count, ways)
       case lock.options.when_full
-      when "skip" then log.call("skipped (#{count} parked, park_limit)", lock.held_key)
-      when "reschedule" then reschedule.call(later(lock))
+      when "skip" then ways.log.call("skipped", lock.held_key, " (#{count} parked: park_limit)")
+      when "reschedule" then rescheduled(lock, ways)
       else raise LockNotAcquired, lock.held_key
       end
     end
-
-    def self.later(lock)
-      lock.options.reschedule_in * (1 + (rand / 4))
-    end
-    private_class_method :parked, :full, :later
+    private_class_method :rescheduled, :exhausted, :parked, :full
   end
 end

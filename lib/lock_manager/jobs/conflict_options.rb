@@ -58,7 +58,7 @@ module LockManager
       return {} unless conflicts?
 
       parking = { "park_limit" => park_limit, "when_full" => when_full } if park?
-      { "on_conflict" => on_conflict, "reschedule_in" => reschedule_in, **parking.to_h }
+      { "on_conflict" => on_conflict, **backoff.to_h, **parking.to_h }
     end
   end
 end

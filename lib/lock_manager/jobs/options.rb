@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "conflict_options"
+require_relative "backoff"
 
 module LockManager
   # The options of `lock_with`, checked, and stored JSON-safe (string keys, plain values) under
@@ -15,11 +16,12 @@ module LockManager
     # for unique_for whatever the job does.
     UNIQUE_MODES = %w[until_executing until_executed until_and_while_executing until_expired].freeze
     MODES = (RUN_MODES + UNIQUE_MODES).freeze
-    NAMES = %w[key timeout on_conflict reschedule_in limit renew max_hold unique_for park_limit when_full].freeze
-    DEFAULTS = { "mode" => "nonblocking", "timeout" => 30, "on_conflict" => "skip", "reschedule_in" => 5,
-                 "limit" => 1 }.freeze
+    NAMES = (%w[key timeout on_conflict limit renew max_hold unique_for park_limit when_full] +
+             JobBackoff::NAMES).freeze
+    DEFAULTS = { "mode" => "nonblocking", "timeout" => 30, "on_conflict" => "skip", "limit" => 1 }.freeze
 
-    attr_reader :mode, :key, :timeout, :on_conflict, :reschedule_in, :limit, :renew, :max_hold, :unique_for
+    # `backoff`: when a rescheduled job comes back, and how many times (JobBackoff).
+    attr_reader :mode, :key, :timeout, :on_conflict, :limit, :renew, :max_hold, :unique_for, :backoff
 
     # @param options [Hash] symbol or string keys, as given to lock_with or set(lock_manager: ...)
     # @raise [ArgumentError] naming the first bad option
@@ -30,6 +32,7 @@ module LockManager
       @key = key_option(options["key"])
       @on_conflict = conflict_option(options["on_conflict"], given.key?("on_conflict"))
       read_times(options)
+      @backoff = JobBackoff.new(options, reschedule: %w[reschedule park].include?(on_conflict))
       read_parking(given)
     end
 
@@ -63,7 +66,6 @@ module LockManager
 
     def read_times(options)
       @timeout = seconds(options, "timeout")
-      @reschedule_in = seconds(options, "reschedule_in")
       @limit, @renew, @max_hold = holding(options)
       @unique_for = unique_for_option(options["unique_for"])
     end

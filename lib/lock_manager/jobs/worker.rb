@@ -31,22 +31,32 @@ module LockManager
     module ClassMethods
       # @param mode [Symbol] :nonblocking (skip, reschedule or raise when held), :blocking (wait),
       #   or unique from push: :until_executing, :until_executed, :until_and_while_executing
-      # @param options see JobOptions: key, timeout, on_conflict, reschedule_in, limit, renew,
-      #   max_hold, unique_for
+      # @param options see JobOptions: key, timeout, on_conflict, reschedule_in, max_reschedules,
+      #   when_exhausted, limit, renew, max_hold, unique_for
       # @raise [ArgumentError] at class load, naming the bad option
       def lock_with(mode = :nonblocking, **options)
         checked = JobOptions.new(options.merge(mode: mode))
-        if checked.park? && respond_to?(:lock_manager_callbacks?)
-          raise ArgumentError, "lock_with on_conflict: :park is for Sidekiq jobs (include LockManager::Worker " \
-                               "in a Sidekiq job class); an ActiveJob class can use :reschedule"
-        end
-        @lock_manager_key = (checked.key if checked.key.is_a?(Proc))
+        refuse_parking if checked.park? && respond_to?(:lock_manager_callbacks?)
+        keep_procs(checked)
         @lock_manager_options = checked.to_h.freeze
         return if respond_to?(:lock_manager_callbacks?)
 
         sidekiq_options("lock_manager" => checked.to_h)
         LockManager::Sidekiq.install # reaches Sidekiq 7 capsules that started before this class loaded
       end
+
+      # The Procs lock_with was given, which cannot travel in a job's JSON: they stay on the class.
+      def keep_procs(checked)
+        @lock_manager_key = (checked.key if checked.key.is_a?(Proc))
+        @lock_manager_reschedule_in = (checked.backoff.reschedule_in if checked.backoff.reschedule_in.is_a?(Proc))
+      end
+
+      # An ActiveJob class's jobs cannot park: its adapter, not Sidekiq's client, pushes them.
+      def refuse_parking
+        raise ArgumentError, "lock_with on_conflict: :park is for Sidekiq jobs (include LockManager::Worker in a " \
+                             "Sidekiq job class); an ActiveJob class can use :reschedule"
+      end
+      private :keep_procs, :refuse_parking
 
       # Adds a rate or concurrency rule the job must pass when it starts (see JobThrottle): several
       # rules make all-or-none; a refused job runs again when the rule would admit it.
@@ -96,6 +106,13 @@ module LockManager
         return @lock_manager_key if defined?(@lock_manager_key)
 
         superclass.respond_to?(:lock_manager_key) ? superclass.lock_manager_key : nil
+      end
+
+      # The Proc given as `reschedule_in:`, if any (a Proc cannot travel in the job's JSON).
+      def lock_manager_reschedule_in
+        return @lock_manager_reschedule_in if defined?(@lock_manager_reschedule_in)
+
+        superclass.respond_to?(:lock_manager_reschedule_in) ? superclass.lock_manager_reschedule_in : nil
       end
     end
   end

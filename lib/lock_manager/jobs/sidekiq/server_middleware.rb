@@ -13,6 +13,7 @@ module LockManager
       # @return what the rest of the chain returned, as every middleware does (perform_inline takes a
       #   falsy value for a job that did not run); nil when the job's lock was held
       def call(job_instance, job, _queue, &block)
+        JobBackoff.restart_after_failure(job)
         throttles = Jobs.throttles(job_instance.class)
         return locked(job_instance, job, &block).last if throttles.empty?
 
@@ -33,6 +34,7 @@ module LockManager
 
         value = nil
         ran = lock.run(retry_in: ->(error) { Retries.seconds_to_next_try(job_instance.class, job, error) }) do
+          job.delete(JobBackoff::COUNT) # the job runs: what pushes it again later (an interrupt) starts at 0
           value = yield
         end
         conflict(job_instance, job, lock) unless ran
@@ -54,26 +56,39 @@ module LockManager
       end
 
       def conflict(job_instance, job, lock)
-        by = lock.holder ? " by jid=#{lock.holder}" : ""
         JobConflict.handle(lock, Jobs.class_name(job), job["jid"],
-                           log: ->(what, key) { Jobs.log("#{what} #{about(job)}: lock #{key.inspect} is held#{by}") },
-                           reschedule: ->(delay) { reschedule(job_instance, job, lock, delay) },
+                           reschedules: JobBackoff.count(job), reschedule_in: reschedule_in(job_instance, job),
+                           log: ->(what, key, more) { Jobs.log("#{what} #{about(job)}: #{held(lock, key)}#{more}") },
+                           reschedule: ->(delay, count) { reschedule(job_instance, job, lock, delay, count) },
                            park: -> { Parking.park(job, lock) })
       end
 
-      def reschedule(job_instance, job, lock, delay)
-        jid = ::Sidekiq::Client.push(copy_of(job_instance, job, at: Time.now.to_f + delay))
-        Jobs.log("rescheduled #{about(job)} in #{delay.round(1)}s as jid=#{jid}: lock #{lock.held_key.inspect} is held")
+      # The class's reschedule_in Proc, if any.
+      def reschedule_in(job_instance, job)
+        klass = Jobs.job_class(job, job_instance.class)
+        klass.lock_manager_reschedule_in if klass.respond_to?(:lock_manager_reschedule_in)
+      end
+
+      def reschedule(job_instance, job, lock, delay, count)
+        again = copy_of(job_instance, job, at: Time.now.to_f + delay).merge(JobBackoff::COUNT => count)
+        jid = ::Sidekiq::Client.push(again)
+        Jobs.log("rescheduled #{about(job)} in #{delay.round(1)}s as jid=#{jid} (reschedule #{count}): " \
+                 "#{held(lock, lock.held_key)}")
       end
 
       def about(job)
         "#{Jobs.class_name(job)} jid=#{job["jid"]}"
       end
 
-      # The job pushed again for later. An iterable job (Sidekiq 7.3+) keeps its jid, under which
-      # Sidekiq saved its cursor: an interrupted iteration goes on where it stopped.
+      def held(lock, key)
+        "lock #{key.inspect} is held#{" by jid=#{lock.holder}" if lock.holder}"
+      end
+
+      # The job pushed again for later, with the count of its reschedules. An iterable job (Sidekiq
+      # 7.3+) keeps its jid, under which Sidekiq saved its cursor: an interrupted iteration goes on
+      # where it stopped.
       def copy_of(job_instance, job, at:, keep_jid: false)
-        kept = %w[class wrapped args queue retry lock_manager]
+        kept = ["class", "wrapped", "args", "queue", "retry", "lock_manager", JobBackoff::COUNT]
         if keep_jid || (defined?(::Sidekiq::Job::Iterable) && job_instance.is_a?(::Sidekiq::Job::Iterable))
           kept << "jid"
         end
