@@ -66,3 +66,13 @@ class FixedBenchJob
     work(number)
   end
 end
+
+class BackoffBenchJob
+  include LockManager::Worker
+  include RecordedWork
+  lock_with :nonblocking, key: ->(run, *) { "bench-backoff:#{run}" }, on_conflict: :reschedule # 1, 2, 4 ... s
+
+  def perform(_run, number)
+    work(number)
+  end
+end

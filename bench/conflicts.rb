@@ -3,7 +3,8 @@
 # Jobs that find their lock held, under a real Sidekiq process (concurrency 5, bench/conflict_jobs.rb):
 # one job holds the lock HOLD seconds (default 2), and JOBS more (default 50) are pushed meanwhile, each
 # working WORK seconds (default 0.02) once it has the lock; for each way of waiting, one after the other:
-# `on_conflict: :park`, and `:reschedule` at a fixed `reschedule_in: 1`.
+# `on_conflict: :park`, `:reschedule` at a fixed `reschedule_in: 1`, and `:reschedule` with its default
+# backoff (1, 2, 4 ... s, each plus up to 25%).
 #
 #   bundle exec ruby bench/conflicts.rb
 #   JOBS=100 POLL=0.1 bundle exec ruby bench/conflicts.rb
@@ -32,7 +33,8 @@ JOBS = Integer(ENV.fetch("JOBS", "50"))
 POLL = Float(ENV.fetch("POLL", "0.5"))
 HANDOVER_TARGET = 0.1 # seconds, release to the next start, p99 for :park
 RUN = SecureRandom.hex(4)
-CLASSES = { "on_conflict: :park" => "ParkBenchJob", "reschedule_in: 1 (fixed)" => "FixedBenchJob" }.freeze
+CLASSES = { "on_conflict: :park" => "ParkBenchJob", "reschedule_in: 1 (fixed)" => "FixedBenchJob",
+             "reschedule, default backoff" => "BackoffBenchJob" }.freeze
 
 def records(list)
   ADMIN.lrange(list, 0, -1).map { |line| JSON.parse(line) }
