@@ -4,6 +4,7 @@ require "spec_helper"
 require "json"
 require "uri"
 require "lock_manager/admin"
+require_relative "../support/parking"
 require_relative "../support/process_helpers"
 
 # LockManager::Admin's view of parked jobs (on_conflict: :park) against the suite's Redis: jobs parked through
@@ -11,41 +12,16 @@ require_relative "../support/process_helpers"
 # their count read with the lock, their listing in line order, a delete, and the force-release that hands the
 # lock to the first of them. Each example has its own queue and schedule keys, beside its own key prefix.
 RSpec.describe "LockManager::Admin's parked jobs" do
+  include Parking
+
   let(:locker) { new_locker }
   let(:admin) { LockManager::Admin.new(locker) }
-  let(:queue) { "parked_#{SecureRandom.hex(4)}" }
-  let(:schedule) { "#{prefix}schedule" }
-
-  def job(jid, klass: "ReportJob", args: [jid, 1])
-    { "class" => klass, "args" => args, "queue" => queue, "jid" => jid, "retry" => true,
-      "created_at" => 1_760_000_000.5, "enqueued_at" => 1_760_000_001.25 }
-  end
-
-  # Sidekiq's commands for `payload`, as its atomic_push writes them.
-  def push(payload)
-    [["SADD", "queues", queue], ["LPUSH", "queue:#{queue}", JSON.generate(payload)]]
-  end
-
-  # Parks the job `jid` on `key` (held by another token) as the Sidekiq middleware does.
-  def park(key, jid, payload: job(jid), commands: push(payload))
-    locker.park(key, jid, ttl: 30, grace: 1, most: nil, schedule: schedule,
-                          fallback: JSON.generate("class" => "Unpark", "args" => [key]), push: commands)
-  end
-
-  # `key` claimed by a job `jid` for `seconds`, as a running job's lock is.
-  def hold(key, jid = "holder-#{key}", seconds: 60)
-    expect(elsewhere.claim([key], [jid], [seconds]).first).to be_a(Integer)
-    jid
-  end
-
-  def queued
-    redis.lrange("queue:#{queue}", 0, -1).map { |payload| JSON.parse(payload)["jid"] }
-  end
+  let(:queue) { parked_queue }
 
   it "counts a lock's parked jobs in the read of its holders and waiters: #lock, #locks and #each_lock" do
-    hold("report:1")
-    hold("report:2")
-    expect(%w[a b c].map { |jid| park("report:1", jid) }).to eq([[:parked, 1], [:parked, 2], [:parked, 3]])
+    hold_for_job("report:1")
+    hold_for_job("report:2")
+    expect(%w[a b c].map { |jid| park_job("report:1", jid) }).to eq([[:parked, 1], [:parked, 2], [:parked, 3]])
 
     expect(admin.lock("report:1")).to have_attributes(key: "report:1", parked: 3, waiters: [])
     expect(admin.lock("report:1").holders.map(&:jid)).to eq(["holder-report:1"])
@@ -55,8 +31,8 @@ RSpec.describe "LockManager::Admin's parked jobs" do
   end
 
   it "reads the count in the same pipeline as the lock, and lists the line with one LRANGE" do
-    hold("read")
-    park("read", "a")
+    hold_for_job("read")
+    park_job("read", "a")
     admin.lock("warm") # Admin's connection opens before MONITOR starts
     monitor = ProcessHelpers::Monitor.new(URI(redis_url).port)
     admin.lock("read")
@@ -68,12 +44,12 @@ RSpec.describe "LockManager::Admin's parked jobs" do
   end
 
   it "lists the parked jobs first in line first: place, jid, class, args, queue and when each parked" do
-    hold("line")
-    park("line", "j1", payload: job("j1", args: ["<b>x</b>", { "n" => 1 }]))
-    park("line", "j2")
-    wrapped = job("j3", klass: "ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper",
-                        args: [{ "job_class" => "ExportJob", "job_id" => "aj-1", "arguments" => [7, "csv"] }])
-    park("line", "j3", payload: wrapped.merge("wrapped" => "ExportJob", "enqueued_at" => 1_760_000_002_500))
+    hold_for_job("line")
+    park_job("line", "j1", payload: sidekiq_job("j1", args: ["<b>x</b>", { "n" => 1 }]))
+    park_job("line", "j2")
+    wrapped = sidekiq_job("j3", klass: "ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper",
+                                args: [{ "job_class" => "ExportJob", "job_id" => "aj-1", "arguments" => [7, "csv"] }])
+    park_job("line", "j3", payload: wrapped.merge("wrapped" => "ExportJob", "enqueued_at" => 1_760_000_002_500))
 
     jobs = admin.parked("line")
 
@@ -94,12 +70,12 @@ RSpec.describe "LockManager::Admin's parked jobs" do
   it "reads the job of Sidekiq's own push on this Sidekiq" do
     require "sidekiq"
     require "lock_manager/sidekiq"
-    hold("sidekiq")
+    hold_for_job("sidekiq")
     payload = { "class" => "ReportJob", "args" => [42, "pdf"], "queue" => queue, "jid" => "abc123", "retry" => true,
                 "created_at" => Time.now.to_f }
     commands = LockManager::Sidekiq::OnePush.commands(Sidekiq::Client.new, payload)
     before = Time.now
-    park("sidekiq", "abc123", commands: commands)
+    park_job("sidekiq", "abc123", push: commands)
 
     job = admin.parked("sidekiq").first
 
@@ -108,9 +84,9 @@ RSpec.describe "LockManager::Admin's parked jobs" do
   end
 
   it "gives a parked job whose push is no job of Sidekiq's by its jid alone" do
-    hold("odd")
-    park("odd", "raw", commands: [["LPUSH", "queue:#{queue}", "not json"]])
-    park("odd", "set", commands: [["SADD", "queues", queue]])
+    hold_for_job("odd")
+    park_job("odd", "raw", push: [["LPUSH", "queue:#{queue}", "not json"]])
+    park_job("odd", "set", push: [["SADD", "queues", queue]])
 
     expect(admin.parked("odd").map(&:to_h)).to eq(
       [{ place: 1, jid: "raw", job_class: nil, args: nil, queue: nil, enqueued_at: nil },
@@ -119,8 +95,8 @@ RSpec.describe "LockManager::Admin's parked jobs" do
   end
 
   it "deletes exactly the job named: the others move up, the lock and its holder are untouched" do
-    holder = hold("del")
-    %w[a b c].each { |jid| park("del", jid) }
+    holder = hold_for_job("del")
+    %w[a b c].each { |jid| park_job("del", jid) }
     ttl = redis.pttl("#{prefix}del")
 
     expect(admin.delete_parked("del", "b")).to be(true)
@@ -133,14 +109,14 @@ RSpec.describe "LockManager::Admin's parked jobs" do
     expect(admin.lock("del")).to have_attributes(parked: 1)
     expect(admin.lock("del").holders.map(&:jid)).to eq([holder])
     expect(redis.pttl("#{prefix}del")).to be_between(ttl - 5000, ttl)
-    expect(queued).to eq([]) # nothing was pushed
+    expect(pushed_jids).to eq([]) # nothing was pushed
     expect(admin.release("del")).to be(true) # the line still moves: c is next
     expect(admin.lock("del").holders.map(&:jid)).to eq(["c"])
   end
 
   it "force-releases a lock to its first parked job: the lock is that job's, and it is pushed to its queue" do
-    hold("hand")
-    %w[first second third].each { |jid| park("hand", jid) }
+    hold_for_job("hand")
+    %w[first second third].each { |jid| park_job("hand", jid) }
 
     expect(admin.release("hand")).to be(true)
 
@@ -148,19 +124,19 @@ RSpec.describe "LockManager::Admin's parked jobs" do
     expect(lock.holders.map(&:jid)).to eq(["first"])
     expect(lock.holders.first.ttl).to be_between(20, 30) # handed over for the TTL it parked with
     expect(lock.parked).to eq(2)
-    expect(queued).to eq(["first"])
-    expect(JSON.parse(redis.lrange("queue:#{queue}", 0, -1).first)).to eq(job("first"))
+    expect(pushed_jids).to eq(["first"])
+    expect(JSON.parse(redis.lrange("queue:#{queue}", 0, -1).first)).to eq(sidekiq_job("first"))
     expect(redis.smembers("queues")).to include(queue)
     expect(admin.parked("hand").map { |job| [job.place, job.jid] }).to eq([[1, "second"], [2, "third"]])
 
     expect(admin.release("hand")).to be(true)
     expect(admin.lock("hand").holders.map(&:jid)).to eq(["second"])
-    expect(queued).to eq(%w[second first]) # LPUSH: Sidekiq takes from the right
+    expect(pushed_jids).to eq(%w[second first]) # LPUSH: Sidekiq takes from the right
   end
 
   it "shows a lock that expired with jobs parked on it, and its release hands it to the first of them" do
-    hold("expired", seconds: 0.5)
-    %w[a b].each { |jid| park("expired", jid) }
+    hold_for_job("expired", seconds: 0.5)
+    %w[a b].each { |jid| park_job("expired", jid) }
     eventually { redis.exists("#{prefix}expired").zero? } # the holder died: no release came
 
     expect(admin.lock("expired")).to have_attributes(holders: [], waiters: [], parked: 2)
@@ -168,7 +144,7 @@ RSpec.describe "LockManager::Admin's parked jobs" do
 
     expect(admin.release("expired")).to be(true)
     expect(admin.lock("expired").holders.map(&:jid)).to eq(["a"])
-    expect(queued).to eq(["a"])
+    expect(pushed_jids).to eq(["a"])
     expect(admin.release("gone")).to be(false) # neither held nor parked on: nothing done
   end
 
