@@ -83,14 +83,16 @@ RSpec.describe "LockManager::Admin's parked jobs" do
     expect(job.enqueued_at).to be_within(5).of(before)
   end
 
-  it "gives a parked job whose push is no job of Sidekiq's by its jid alone" do
+  it "gives a parked job whose push is no job of Sidekiq's by its jid alone, and bytes not UTF-8 as U+FFFD" do
     hold_for_job("odd")
     park_job("odd", "raw", push: [["LPUSH", "queue:#{queue}", "not json"]])
     park_job("odd", "set", push: [["SADD", "queues", queue]])
+    park_job("odd", "bytes", push: [["LPUSH", "queue:#{queue}", %({"class":"Bad\xFFJob","args":[1]}).b]])
 
     expect(admin.parked("odd").map(&:to_h)).to eq(
       [{ place: 1, jid: "raw", job_class: nil, args: nil, queue: nil, enqueued_at: nil },
-       { place: 2, jid: "set", job_class: nil, args: nil, queue: nil, enqueued_at: nil }]
+       { place: 2, jid: "set", job_class: nil, args: nil, queue: nil, enqueued_at: nil },
+       { place: 3, jid: "bytes", job_class: "Bad\uFFFDJob", args: [1], queue: nil, enqueued_at: nil }]
     )
   end
 
