@@ -73,7 +73,9 @@ RSpec.describe "LockManager::Admin's parked jobs" do
     hold_for_job("sidekiq")
     payload = { "class" => "ReportJob", "args" => [42, "pdf"], "queue" => queue, "jid" => "abc123", "retry" => true,
                 "created_at" => Time.now.to_f }
-    commands = LockManager::Sidekiq::OnePush.commands(Sidekiq::Client.new, payload)
+    pool = Sidekiq::RedisConnection.create(url: redis_url, size: 1) # never used: the commands are recorded
+    commands = Sidekiq::Client.via(pool) { LockManager::Sidekiq::OnePush.commands(Sidekiq::Client.new, payload) }
+    pool.shutdown(&:close)
     before = Time.now
     park_job("sidekiq", "abc123", push: commands)
 
