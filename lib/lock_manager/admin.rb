@@ -11,12 +11,15 @@ module LockManager
   #   admin.locks("report:*").each { |lock| puts lock.key, lock.holders.first&.host }
   #   admin.lock("report")                          # => LockInfo, or nil
   #   admin.release("report")                       # => true: its holders lost it, its waiters retry
+  #   admin.parked("report")                        # => [ParkedJob], the jobs parked on it, in line
+  #   admin.delete_parked("report", jid)            # => true: that parked job will not run
   #   admin.limiters("exports:*")                   # => [LimiterInfo], the rate limiters in use
   #   admin.reset_limiter("exports:42")             # => true: it admits its whole rule again
   class Admin
     # A lock: its key (without key_prefix); limit: the N of a `limit: N` semaphore, nil for a plain
-    # lock; holders and waiters (queued, in arrival order).
-    LockInfo = Struct.new(:key, :limit, :holders, :waiters, keyword_init: true)
+    # lock; holders and waiters (queued, in arrival order); parked: how many jobs are parked on it
+    # (on_conflict: :park; #parked lists them).
+    LockInfo = Struct.new(:key, :limit, :holders, :waiters, :parked, keyword_init: true)
     # A holder: its token; for a job's lock (a claim) the job's id as jid, otherwise host, pid and
     # thread (Thread#native_thread_id) of the acquiring thread, and since: when it asked for the
     # lock (its machine's clock). ttl: seconds left (nil: no expiry). fencing_token: always nil
@@ -37,7 +40,9 @@ module LockManager
     end
 
     # The locks whose keys match `pattern`, sorted by key: SCAN finds the keys (a round trip per
-    # 1,000 keys and master), then their holders and waiters are read in pipelines of 1,000.
+    # 1,000 keys and master), then their holders, waiters and parked jobs' count are read in
+    # pipelines of 1,000. SCAN finds a lock by its own key: one that expired with jobs still parked
+    # on it (its holder died; their fallback moves them soon) is not listed, but #lock shows it.
     # @param pattern [String] a Redis glob over keys without key_prefix ("report:*", "user:?")
     # @param limit [Integer, nil] the first `limit` keys in sort order (nil: all)
     # @return [Array<LockInfo>]
@@ -73,7 +78,7 @@ module LockManager
       keys.sort!
     end
 
-    # @return [LockInfo, nil] nil when nobody holds `key` or waits for it
+    # @return [LockInfo, nil] nil when nobody holds `key`, waits for it or is parked on it
     def lock(key)
       raw = native.admin_locks([Arguments.key(key)], nil).first
       raw && info(raw)
@@ -82,10 +87,13 @@ module LockManager
     # Force-releases `key`: removes its holders (the plain lock's token, every permit of a
     # semaphore) and wakes its waiters in every process, which then take it in queue order. A
     # holder finds out at its next renewal (Result#lost?, `lock.lost?`), refresh or release.
+    # The first job parked on it (#parked), if any, takes it at once and is pushed to its queue; so
+    # it does on a lock that expired with jobs parked on it (its holder died, no release came).
     # Nothing else is touched: not the queue, not another key.
-    # @return [Boolean] true if a lock was removed
+    # @return [Boolean] true if a lock was removed, or handed to a parked job
     def release(key)
-      native.admin_release(Arguments.key(key))
+      key = Arguments.key(key)
+      native.admin_release(key) || unparked?(key)
     end
 
     # Force-releases the lock a job of `job_class` (a Sidekiq or ActiveJob class with lock_with)
@@ -105,6 +113,12 @@ module LockManager
     end
 
     private
+
+    # The parked jobs' own fallback, now: a free lock goes to the first of them. Asked only when
+    # jobs are parked (never on a Cluster, where none parks).
+    def unparked?(key)
+      native.parked_count(key).positive? && !native.unpark(key).nil?
+    end
 
     def job_lock(job_class, args)
       raise ArgumentError, "args must be the job's arguments as an Array, got #{args.inspect}" unless args.is_a?(Array)
@@ -126,9 +140,9 @@ module LockManager
     end
 
     def info(raw)
-      key, limit, holders, waiters = raw
+      key, limit, holders, waiters, parked = raw
       LockInfo.new(key: key, limit: limit, holders: holders.map { |h| holder(h) },
-                   waiters: waiters.map { |w| waiter(w) })
+                   waiters: waiters.map { |w| waiter(w) }, parked: parked)
     end
 
     def holder(raw)
@@ -146,3 +160,4 @@ module LockManager
 end
 
 require_relative "admin/limiters"
+require_relative "admin/parked"

@@ -3,11 +3,11 @@
 require_relative "admin"
 
 module LockManager
-  # The `lock_manager` command (exe/lock_manager): list, show, release and watch locks, list and reset rate
-  # limiters (cli/limiters.rb), through LockManager::Admin. Settings come from the environment variables
-  # LockManager::Configuration reads (Configuration::ENVIRONMENT), or, from a Rails app's tasks (bin/rails
-  # lock_manager:list), from the app's configuration; flags override them. Exit status: 0 done, 1 not found,
-  # refused or Redis failed, 2 usage.
+  # The `lock_manager` command (exe/lock_manager): list, show, release and watch locks, list and delete the jobs
+  # parked on a lock (cli/parked.rb), list and reset rate limiters (cli/limiters.rb), through LockManager::Admin.
+  # Settings come from the environment variables LockManager::Configuration reads (Configuration::ENVIRONMENT),
+  # or, from a Rails app's tasks (bin/rails lock_manager:list), from the app's configuration; flags override
+  # them. Exit status: 0 done, 1 not found, refused or Redis failed, 2 usage.
   class CLI
     OK = 0
     FAILED = 1
@@ -56,7 +56,7 @@ module LockManager
     def show(key)
       lock = admin.lock(key) or return not_found(key)
 
-      @print.lock(lock)
+      @print.lock(lock, lock.parked.positive? ? admin.parked(key, limit: @options.limit) : [])
       OK
     end
 
@@ -66,8 +66,7 @@ module LockManager
       return failed(refusal) if refusal
       return failed("lock #{Printer.key(key)} was released meanwhile: nothing done") unless admin.release(key)
 
-      told = lock.waiters.empty? ? "" : "; #{Printer.waiters(lock)} told to take it"
-      @out.puts "Released lock #{Printer.key(key)}#{told}"
+      @out.puts "Released lock #{Printer.key(key)}#{released_to(lock)}"
       OK
     end
 
@@ -84,17 +83,25 @@ module LockManager
       @admin ||= Admin.new(Locker.new(**@options.settings.merge(pool_size: 2)))
     end
 
-    # Why `lock` is not to be released, or nil.
+    # Why `lock` is not to be released, or nil. A lock that expired with jobs parked on it is released to the
+    # first of them.
     def release_refusal(lock)
-      if lock.holders.empty?
+      if lock.holders.empty? && lock.parked.zero?
         "lock #{Printer.key(lock.key)} is not held (#{Printer.waiters(lock)} queued)"
-      elsif !(@options.yes || confirmed?(lock))
+      elsif !(@options.yes || confirmed?("Release lock #{Printer.key(lock.key)} held by #{Printer.holders(lock)}?"))
         "lock #{Printer.key(lock.key)} not released"
       end
     end
 
-    def confirmed?(lock)
-      @err.print "Release lock #{Printer.key(lock.key)} held by #{Printer.holders(lock)}? [y/N] "
+    # Who was told to take the lock: its first parked job takes it at once, else its waiters are woken.
+    def released_to(lock)
+      return "; the first of #{Printer.count(lock.parked, "parked job")} took it" if lock.parked.positive?
+
+      lock.waiters.empty? ? "" : "; #{Printer.waiters(lock)} told to take it"
+    end
+
+    def confirmed?(question)
+      @err.print "#{question} [y/N] "
       @err.flush
       answer = @stdin.gets
       @err.puts if answer.nil?
@@ -130,5 +137,6 @@ end
 
 # Its parts, which reopen the class defined above.
 require_relative "cli/limiters"
+require_relative "cli/parked"
 require_relative "cli/options"
 require_relative "cli/printer"

@@ -8,9 +8,10 @@ require "lock_manager"
 require "lock_manager/admin"
 
 module LockManager
-  # The "Locks" tab of Sidekiq's Web UI (Sidekiq 6.4, 7.x and 8.x): every lock with its holders and
-  # waiters, a search by pattern, a lock's page, and a force-release button behind Sidekiq's own CSRF
-  # protection; and its Limiters page: the rate limiters in use, each with a reset button behind the same.
+  # The "Locks" tab of Sidekiq's Web UI (Sidekiq 6.4, 7.x and 8.x): every lock with its holders, waiters
+  # and the number of jobs parked on it, a search by pattern, a lock's page (its parked jobs, each with a
+  # delete button), and a force-release button behind Sidekiq's own CSRF protection; and its Limiters
+  # page: the rate limiters in use, each with a reset button behind the same.
   # `require "lock_manager/web"` registers it; mount Sidekiq::Web as usual. See docs/web.md.
   module Web
     ROOT = File.expand_path("web", __dir__)
@@ -49,6 +50,11 @@ module LockManager
           erb(LockManager::Web.template(:lock))
         end
         app.post("/locks/release") { lock_manager_release }
+        app.post("/locks/parked/delete") { lock_manager_delete_parked }
+        limiter_routes(app)
+      end
+
+      def limiter_routes(app)
         app.get("/locks/limiters") do
           lock_manager_limiters
           erb(LockManager::Web.template(:limiters))
@@ -109,11 +115,15 @@ module LockManager
         redirect("#{back}&reset=#{reset ? 1 : 0}&name=#{CGI.escape(name)}#{"&kind=#{kind}" if kind}")
       end
 
-      # Loads a lock's page (`key` in the query string); the list when it names none.
+      # Loads a lock's page (`key` in the query string), with the first of its parked jobs; the list when it
+      # names none.
       def lock_manager_show
         @lock_key = lock_manager_param("key") || redirect("#{root_path}locks")
         @lock = lock_manager_reading { LockManager::Web.admin.lock(@lock_key) }
+        @parked = (@lock&.parked&.positive? && lock_manager_reading { lock_manager_parked }) || []
         @released = lock_manager_param("released")
+        @deleted = lock_manager_param("deleted")
+        @deleted_jid = lock_manager_param("jid")
       end
 
       # Force-releases the key, then shows its page (Sidekiq's CsrfProtection let the POST through).
@@ -223,4 +233,5 @@ module LockManager
   end
 end
 
+require_relative "web/parked"
 LockManager::Web.register

@@ -5,11 +5,14 @@ require "open3"
 require "rbconfig"
 require "socket"
 require "lock_manager/admin"
+require_relative "../support/parking"
 require_relative "../support/topologies"
 
 # exe/lock_manager run as a subprocess, as an operator runs it, against the suite's Redis (and the
 # shared Cluster and Sentinel set-ups), its settings from the environment and from flags.
 RSpec.describe "exe/lock_manager" do
+  include Parking
+
   let(:host) { Socket.gethostname.b.gsub(/[^A-Za-z0-9._-]/n, "_")[0, 64] }
   let(:environment) { { "REDIS_URL" => redis_url, "LOCK_MANAGER_KEY_PREFIX" => prefix } }
 
@@ -32,10 +35,11 @@ RSpec.describe "exe/lock_manager" do
     expect(status).to eq(0)
     expect(out).to include("list [PATTERN]", "show KEY", "release KEY", "watch [PATTERN]", "--yes", "REDIS_URL",
                            "LOCK_MANAGER_CLUSTER", "limiters [PATTERN]", "reset-limiter NAME",
-                           "--kind KIND", "gcra, window, sliding")
+                           "--kind KIND", "gcra, window, sliding", "parked KEY", "delete-parked KEY JID")
 
     [[], %w[frobnicate], %w[show], %w[show a b], %w[--limit x list], %w[--nope list], %w[reset-limiter],
-     %w[reset-limiter a b], %w[limiters a b], %w[--kind rate reset-limiter a]].each do |args|
+     %w[reset-limiter a b], %w[limiters a b], %w[--kind rate reset-limiter a], %w[parked], %w[parked a b],
+     %w[delete-parked a], %w[delete-parked a b c]].each do |args|
       out, err, status = run_cli(*args)
       expect([out, status]).to eq(["", 2]), args.inspect
       expect(err).to include("lock_manager --help"), args.inspect
@@ -123,6 +127,85 @@ RSpec.describe "exe/lock_manager" do
 
     missing = "lock_manager: no lock again (nobody holds it or waits for it)\n"
     expect(run_cli("release", "-y", "again")).to eq(["", missing, 1])
+  end
+
+  it "says how many jobs are parked on a lock in the list and its page, and lists them with parked KEY" do
+    hold_for_job("report:1", "holderjid")
+    held("report:2")
+    park_job("report:1", "j1", payload: sidekiq_job("j1", args: [1, "pdf"]))
+    hostile = sidekiq_job("j2", klass: "Evil\e[2J", args: ["\e]0;pwned\a", "<b>"])
+    park_job("report:1", "j2", payload: hostile)
+
+    out, err, status = run_cli("list", "report:*")
+    expect([err, status]).to eq(["", 0])
+    expect(out.lines[1]).to match(/\Areport:1\s+job holderjid\s+-\s+[\d.]+s\s+0, 2 parked\n\z/)
+    expect(out.lines[2]).to match(/\Areport:2 .*\s0\n\z/)
+
+    out, err, status = run_cli("parked", "report:1")
+    expect([err, status]).to eq(["", 0])
+    lines = out.lines.map(&:chomp)
+    expect(lines[0].split(/\s{2,}/)).to eq(%w[# JID CLASS QUEUE PARKED ARGS])
+    expect(lines[1]).to match(/\A1\s+j1\s+ReportJob\s+#{parked_queue}\s+\S+ ago\s+\[1,"pdf"\]\z/)
+    # No byte of a job's reaches the terminal as a control character: its class is quoted, its args are JSON.
+    args = Regexp.escape('["\\u001b]0;pwned\\u0007","<b>"]')
+    expect(lines[2]).to match(/\A2\s+j2\s+"Evil\\e\[2J"\s+#{parked_queue}\s+.* ago\s+#{args}\z/)
+    expect(out).not_to include("\e", "\a")
+    expect(lines[3]).to eq("2 parked jobs on lock report:1")
+    out, = run_cli("--limit", "1", "parked", "report:1")
+    expect(out.lines.last).to eq("1 parked job on lock report:1; more not shown (--limit)\n")
+    expect(run_cli("parked", "report:2"))
+      .to eq(["#  JID  CLASS  QUEUE  PARKED  ARGS\n0 parked jobs on lock report:2\n", "", 0])
+
+    out, err, status = run_cli("show", "report:1")
+    expect([err, status]).to eq(["", 0])
+    first = %(1. job j1 ReportJob [1,"pdf"] in queue #{parked_queue}, parked )
+    expect(out).to include("Parked jobs, first in line first:\n  #{first}")
+    expect(out).not_to include("\e")
+    expect(run_cli("show", "report:2").first).not_to include("Parked")
+  end
+
+  it "deletes a parked job when told yes, or with --yes; exits 1 for a job not parked there" do
+    hold_for_job("line")
+    %w[a b c].each { |jid| park_job("line", jid) }
+    admin = LockManager::Admin.new(new_locker)
+
+    expect(run_cli("delete-parked", "line", "b", stdin: "n\n"))
+      .to eq(["", "Delete job b parked on lock line? It will not run. [y/N] lock_manager: job b parked on lock line " \
+                  "not deleted\n", 1])
+    expect(admin.parked("line").map(&:jid)).to eq(%w[a b c])
+
+    out, err, status = run_cli("delete-parked", "line", "b", stdin: "y\n")
+    expect([out, status]).to eq(["Deleted job b parked on lock line: it will not run\n", 0])
+    expect(err).to start_with("Delete job b parked on lock line? ")
+    expect(admin.parked("line").map(&:jid)).to eq(%w[a c])
+
+    expect(run_cli("delete-parked", "--yes", "line", "a"))
+      .to eq(["Deleted job a parked on lock line: it will not run\n", "", 0])
+    expect(run_cli("delete-parked", "-y", "line", "a")).to eq(["", "lock_manager: no job a parked on lock line\n", 1])
+    expect(admin.parked("line").map(&:jid)).to eq(%w[c])
+    expect(admin.lock("line").holders.map(&:jid)).to eq(["holder-line"])
+    expect(pushed_jids).to eq([])
+  end
+
+  it "releases a lock to its first parked job, and a lock that expired with jobs parked on it" do
+    hold_for_job("handed")
+    %w[a b].each { |jid| park_job("handed", jid) }
+    admin = LockManager::Admin.new(new_locker)
+
+    out, err, status = run_cli("release", "handed", stdin: "y\n")
+    expect([out, status]).to eq(["Released lock handed; the first of 2 parked jobs took it\n", 0])
+    expect(err).to eq("Release lock handed held by job holder-handed? [y/N] ")
+    expect(admin.lock("handed").holders.map(&:jid)).to eq(["a"])
+    expect(pushed_jids).to eq(["a"])
+
+    hold_for_job("expired", seconds: 0.5)
+    park_job("expired", "c")
+    eventually { redis.exists("#{prefix}expired").zero? } # its holder died: no release came
+    out, err, status = run_cli("release", "expired", stdin: "y\n")
+    expect(err).to eq("Release lock expired held by nobody (0 waiters, 1 parked job)? [y/N] ")
+    expect([out, status]).to eq(["Released lock expired; the first of 1 parked job took it\n", 0])
+    expect(admin.lock("expired").holders.map(&:jid)).to eq(["c"])
+    expect(pushed_jids).to eq(%w[c a])
   end
 
   def use(limiter, times)

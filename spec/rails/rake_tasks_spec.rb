@@ -3,12 +3,16 @@
 require "spec_helper"
 require "rbconfig"
 require "lock_manager/admin"
+require_relative "../support/parking"
 require_relative "../support/rails_app_server"
 
-# bin/rails lock_manager:list, show, release, watch, limiters and reset-limiter in the Rails app (a child
-# process): exe/lock_manager's commands on the app's own settings. The app reads its Redis from a variable of
-# its own (LOCK_REDIS_URL) and its key prefix from LOCK_PREFIX, which the command alone never sees.
+# bin/rails lock_manager:list, show, release, watch, parked, delete-parked, limiters and reset-limiter in the
+# Rails app (a child process): exe/lock_manager's commands on the app's own settings. The app reads its Redis
+# from a variable of its own (LOCK_REDIS_URL) and its key prefix from LOCK_PREFIX, which the command alone
+# never sees.
 RSpec.describe "the Rails app's lock_manager tasks", :rails do
+  include Parking
+
   let(:nowhere) { closed_url }
   let(:app_env) { { "LOCK_REDIS_URL" => redis_url, "REDIS_URL" => nowhere, "LOCK_PREFIX" => prefix } }
 
@@ -67,11 +71,37 @@ RSpec.describe "the Rails app's lock_manager tasks", :rails do
       .to eq(["", "lock_manager: no limiter exports:1 (window) (it has counted nothing)\n", 1])
   end
 
+  it "lists the jobs parked on a lock of the app's Redis, deletes one, and releases the lock to the first" do
+    hold_for_job("report:1")
+    %w[a b c].each { |jid| park_job("report:1", jid) }
+
+    out, err, status = rails("lock_manager:list[report:*]")
+    expect([err, status]).to eq(["", 0])
+    expect(out.lines[1]).to end_with("0, 3 parked\n")
+    out, err, status = rails("lock_manager:parked[report:1]")
+    expect([err, status]).to eq(["", 0])
+    expect(out.lines.drop(1).map { |line| line.split.first(3) })
+      .to eq([%w[1 a ReportJob], %w[2 b ReportJob], %w[3 c ReportJob], %w[3 parked jobs]])
+
+    expect(rails("lock_manager:delete-parked[report:1,b,--yes]"))
+      .to eq(["Deleted job b parked on lock report:1: it will not run\n", "", 0])
+    expect(rails("lock_manager:delete-parked[report:1,b]", stdin: "y\n"))
+      .to eq(["", "Delete job b parked on lock report:1? It will not run. [y/N] " \
+                  "lock_manager: no job b parked on lock report:1\n", 1])
+    expect(LockManager::Admin.new(elsewhere).parked("report:1").map(&:jid)).to eq(%w[a c])
+
+    expect(rails("lock_manager:release[report:1,--yes]"))
+      .to eq(["Released lock report:1; the first of 2 parked jobs took it\n", "", 0])
+    expect(elsewhere.holder("report:1")).to eq("a")
+    expect(pushed_jids).to eq(["a"])
+  end
+
   it "lists its tasks" do
     out, _, status = rails("-T", "lock_manager")
     expect(status).to eq(0)
     expect(out.lines.map { |line| line.split[1] })
-      .to eq(%w[lock_manager:limiters[pattern] lock_manager:list[pattern] lock_manager:release[key]
-                lock_manager:reset-limiter[name] lock_manager:show[key] lock_manager:watch[pattern]])
+      .to eq(%w[lock_manager:delete-parked[key,jid] lock_manager:limiters[pattern] lock_manager:list[pattern]
+                lock_manager:parked[key] lock_manager:release[key] lock_manager:reset-limiter[name]
+                lock_manager:show[key] lock_manager:watch[pattern]])
   end
 end

@@ -14,7 +14,8 @@ require_relative "../support/web_server"
 # locks: a plain lock with a fair waiter queued, a semaphore, a job's claim, a key of odd bytes.
 # Then its Limiters page, over limiters of each kind this process used. Runs on each stack's own Sidekiq, and
 # on the vendored one SIDEKIQ names (7.3.9, 8.1.7). The examples run in order: the last of the locks' releases
-# a lock, and the limiters' resets follow their listing. Screenshots go to tmp/web/<sidekiq version>-<page>.png.
+# a lock, the parked jobs' delete and release follow their listing, and the limiters' resets follow theirs.
+# Screenshots go to tmp/web/<sidekiq version>-<page>.png.
 RSpec.describe "The Sidekiq Web Locks tab", order: :defined do
   odd_key = "odd:<b>bold</b> \"quoted\" & \xFF\n".b
   keys = ["odd:<b>bold</b> \"quoted\" & \\xFF\\x0A", "partner-api", "report:daily", "report:weekly", "sync:user:7"]
@@ -195,6 +196,131 @@ RSpec.describe "The Sidekiq Web Locks tab", order: :defined do
                 .to_h { |info| [info.key, info.holders.map(&:token)] }).to eq(others)
     expect(dumps(except: "report:daily")).to eq(untouched)
     expect(admin.lock(odd_key).holders.map(&:token)).to eq([@ready.fetch("odd")])
+  end
+
+  # Jobs parked on a lock (on_conflict: :park), after the locks' examples: parked through the real park path
+  # (Locker#park, with this Sidekiq's own push commands for each job, as the Sidekiq middleware parks them)
+  # behind a job's claim; one of them hostile, its class and arguments markup.
+  describe "Parked jobs" do
+    hostile_class = "<script>alert(1)</script>"
+    hostile_args = ["<img src=x onerror=alert(2)>", "&amp; \"q\""]
+
+    before(:all) do
+      require "lock_manager/sidekiq"
+      @parking = LockManager::Locker.new(redis_url: @server.url, key_prefix: @key_prefix)
+      @jids = Array.new(3) { SecureRandom.hex(12) }
+      @holder_jid = SecureRandom.hex(12)
+      @parking.claim([parked_key], [@holder_jid], [600])
+      pool = Sidekiq::RedisConnection.create(url: @server.url, size: 1)
+      jobs = [["ReportJob", [1, "pdf"]], [hostile_class, hostile_args], ["ReportJob", [3, "csv"]]]
+      @jids.zip(jobs).each do |jid, (klass, args)|
+        payload = { "class" => klass, "args" => args, "queue" => "default", "jid" => jid, "retry" => true,
+                    "created_at" => Time.now.to_f }
+        push = Sidekiq::Client.via(pool) { LockManager::Sidekiq::OnePush.commands(Sidekiq::Client.new, payload) }
+        fallback = LockManager::Sidekiq::Unpark.fallback(parked_key, "default")
+        @parking.park(parked_key, jid, ttl: 600, grace: 1, most: nil, schedule: "schedule", fallback: fallback,
+                                       push: push)
+      end
+      pool.shutdown(&:close)
+    end
+
+    def parked_key
+      "parked:report"
+    end
+
+    def parked_rows
+      @browser.all("#lock-manager-parked tbody tr").map { |row| row.find_elements(css: "td").map(&:text) }
+    end
+
+    def parked_path
+      "/locks/show?key=#{CGI.escape(parked_key)}"
+    end
+
+    # The jids in Sidekiq's default queue.
+    def pushed
+      @server.client.then { |redis| redis.lrange("queue:default", 0, -1).tap { redis.close } }
+             .map { |payload| JSON.parse(payload)["jid"] }
+    end
+
+    it "says how many jobs are parked on a lock in the list, and lists them first in line first on its page" do
+      @browser.visit(@web.url("/locks"))
+      screenshot("parked-list")
+      expect(@browser.all(".lock-manager-parked").map(&:text)).to eq(["3 parked"]) # that lock's alone
+      table = rows.to_h { |cells| [cells[0], cells[1..]] }
+      expect(table.fetch(parked_key)).to match(["jid #{@holder_jid}", "–", /s|min/, "1", /\A0\s+3 parked\z/])
+      expect(table.fetch("report:weekly").last).to eq("0")
+
+      @browser.all("a.lock-manager-key").find { |link| link.text == parked_key }.click
+      eventually { @browser.all("#lock-manager-parked").any? }
+      screenshot("parked")
+
+      expect(@browser.find("#lock-manager-summary").text).to include("Parked jobs 3")
+      expect(parked_rows.map { |cells| cells[0..4] }).to eq(
+        [["1", @jids[0], "ReportJob", '[1,"pdf"]', "default"],
+         ["2", @jids[1], hostile_class, JSON.generate(hostile_args), "default"],
+         ["3", @jids[2], "ReportJob", '[3,"csv"]', "default"]]
+      )
+      expect(parked_rows.map { |cells| cells[5] }).to all(satisfy { |since| !["", "–"].include?(since) }) # parked at
+      expect(@browser.all("form.lock-manager-delete-parked input[type=submit]").size).to eq(3)
+      expect(@browser.find("#lock-manager-release-help").text).to include("hands it to the first of them, #{@jids[0]}")
+      expect(@browser.find("#lock-manager-release input[type=submit]").attribute("value"))
+        .to eq("Force release to the first parked job")
+    end
+
+    it "shows a hostile class and arguments as text" do
+      @browser.visit(@web.url(parked_path))
+      expect(@browser.all("#lock-manager-parked script, #lock-manager-parked img")).to be_empty
+      expect(@browser.all("#lock-manager-parked .lock-manager-job-class")[1].text).to eq(hostile_class)
+      source = @browser.driver.page_source
+      expect(source).to include("&lt;script&gt;alert(1)&lt;/script&gt;", "&lt;img src=x onerror=alert(2)&gt;")
+      expect(source).to include("&amp;amp; \\\"q\\\"") # the args' "&amp;" is text, its quote JSON's
+      expect { @browser.driver.switch_to.alert }.to raise_error(Selenium::WebDriver::Error::NoSuchAlertError)
+    end
+
+    it "refuses a delete the page did not post" do
+      path = "/locks/parked/delete?key=#{CGI.escape(parked_key)}&jid=#{@jids[1]}"
+      expect(@web.post(path, {}).code).to eq("403")
+      if @version.to_i < 8
+        @browser.visit(@web.url(parked_path))
+        cookie = "lock_manager.web.session=#{@browser.cookie("lock_manager.web.session")}"
+        forged = { "authenticity_token" => Base64.strict_encode64(SecureRandom.bytes(64)) }
+        expect(@web.post(path, forged, cookie: cookie).code).to eq("403")
+      end
+      expect(admin.parked(parked_key).map(&:jid)).to eq(@jids)
+    end
+
+    it "deletes exactly the job whose Delete button was clicked: the lock, its holder and the other jobs stay" do
+      others = admin.locks("*").reject { |info| info.key == parked_key }
+                    .to_h { |info| [info.key, info.holders.map(&:token)] }
+      @browser.visit(@web.url(parked_path))
+      @browser.all("form.lock-manager-delete-parked input[type=submit]")[1].click
+      @browser.accept_confirm
+      eventually { @browser.all("#lock-manager-deleted").any? || @browser.text == "Forbidden" }
+      expect(@browser.text).not_to eq("Forbidden") # Sidekiq's CsrfProtection took the form's token
+      screenshot("parked-deleted")
+
+      expect(@browser.find("#lock-manager-deleted").text).to eq("Deleted the parked job #{@jids[1]}: it will not run.")
+      expect(parked_rows.map { |cells| cells[1] }).to eq([@jids[0], @jids[2]])
+      expect(admin.parked(parked_key).map { |job| [job.place, job.jid] }).to eq([[1, @jids[0]], [2, @jids[2]]])
+      expect(admin.lock(parked_key).holders.map(&:jid)).to eq([@holder_jid])
+      expect(pushed).to eq([]) # nothing ran
+      expect(admin.locks("*").reject { |info| info.key == parked_key }
+                  .to_h { |info| [info.key, info.holders.map(&:token)] }).to eq(others)
+    end
+
+    it "force-releases the lock to its first parked job, which is pushed to its queue" do
+      @browser.visit(@web.url(parked_path))
+      @browser.find("#lock-manager-release input[type=submit]").click
+      @browser.accept_confirm
+      eventually { @browser.all("#lock-manager-released").any? || @browser.text == "Forbidden" }
+      expect(@browser.text).not_to eq("Forbidden")
+      screenshot("parked-released")
+
+      expect(admin.lock(parked_key).holders.map(&:jid)).to eq([@jids[0]])
+      expect(pushed).to eq([@jids[0]])
+      expect(@browser.find("#lock-manager-holders").text).to include("jid #{@jids[0]}")
+      expect(parked_rows.map { |cells| [cells[0], cells[1]] }).to eq([["1", @jids[2]]])
+    end
   end
 
   # The Limiters page (/locks/limiters), after the locks' examples: limiters of each kind used from this

@@ -13,8 +13,8 @@ module LockManager
         [:cluster, ["--cluster URLS"], "Redis Cluster seed nodes "], [:sentinels, ["--sentinels URLS"], "sentinels "],
         [:sentinel_master, ["--sentinel-master NAME"], ""]
       ].freeze
-      COMMANDS = { "list" => 0..1, "show" => 1..1, "release" => 1..1, "watch" => 0..1, "limiters" => 0..1,
-                   "reset-limiter" => 1..1 }.freeze
+      COMMANDS = { "list" => 0..1, "show" => 1..1, "release" => 1..1, "watch" => 0..1, "parked" => 1..1,
+                   "delete-parked" => 2..2, "limiters" => 0..1, "reset-limiter" => 1..1 }.freeze
       # --kind's values: a limiter's kind as Admin names it.
       KINDS = Limiter::KINDS.values.map(&:to_s).freeze
 
@@ -23,9 +23,13 @@ module LockManager
 
         Commands:
           list [PATTERN]     locks whose keys match PATTERN (a Redis glob; default "*"), sorted by key
-          show KEY           one lock: its holders and queued waiters
-          release KEY        force-release KEY: its holders lose it, its waiters take it (asks first)
+          show KEY           one lock: its holders, queued waiters and parked jobs
+          release KEY        force-release KEY: its holders lose it, its first parked job or its waiters
+                             take it (asks first)
           watch [PATTERN]    the list, refreshed every --interval seconds until Ctrl-C
+          parked KEY         the jobs parked on KEY (on_conflict: :park), first in line first
+          delete-parked KEY JID
+                             take job JID out of KEY's line: it will not run (asks first)
           limiters [PATTERN] rate limiters in use whose names match PATTERN: rule, used, remaining, next free
           reset-limiter NAME forget what limiter NAME counted (every kind of that name, or --kind's)
 
@@ -35,6 +39,7 @@ module LockManager
         (lists: comma-separated URLs; key_prefix defaults to "lock:"). An app that sets them itself
         (config.lock_manager) runs the same commands as tasks, which take its settings:
           bin/rails "lock_manager:list[report:*]"   bin/rails "lock_manager:release[report:1,--yes]"
+          bin/rails "lock_manager:delete-parked[report:1,JID,--yes]"
         Exit status: 0 done, 1 not found, refused or Redis failed, 2 usage.
 
         Options:
@@ -84,13 +89,12 @@ module LockManager
       end
 
       def command_options(parser)
-        parser.on("-l", "--limit N", Integer, "list or limiters: at most N (default #{Admin::DEFAULT_LIMIT})") do |n|
-          @limit = Arguments.positive_integer(n, :limit)
-        end
+        limit = "list, show's parked jobs, parked or limiters: at most N (default #{Admin::DEFAULT_LIMIT})"
+        parser.on("-l", "--limit N", Integer, limit) { |n| @limit = Arguments.positive_integer(n, :limit) }
         parser.on("-i", "--interval SECONDS", Float, "watch: seconds between refreshes (default 1)") do |s|
           @interval = Arguments.seconds(s, :interval)
         end
-        parser.on("-y", "--yes", "release without asking") { @yes = true }
+        parser.on("-y", "--yes", "release or delete-parked without asking") { @yes = true }
         kinds = "reset-limiter: only its limiter of this kind (#{KINDS.join(", ")})"
         parser.on("-k", "--kind KIND", KINDS, kinds) { |kind| @kind = kind.to_sym }
       end

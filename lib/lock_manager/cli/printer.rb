@@ -22,16 +22,17 @@ module LockManager
         aligned([LIMITER_HEADER] + limiters.map { |limiter| limiter_row(limiter) })
       end
 
-      # Every holder and waiter of one lock.
-      def lock(lock)
+      # Every holder and waiter of one lock, and `parked`, the first of the jobs parked on it.
+      def lock(lock, parked = [])
         @out.puts "Lock #{Printer.key(lock.key)} (#{Printer.kind(lock)})"
         list("Holders:", lock.holders) { |holder, n| holder_lines(holder, n) }
         list("Waiters, in queue order:", lock.waiters) { |waiter, n| waiter_line(waiter, n) }
+        parked_lines(lock, parked)
       end
 
       class << self
         def holders(lock)
-          return "nobody (#{waiters(lock)})" if lock.holders.empty?
+          return "nobody (#{nobody(lock)})" if lock.holders.empty?
 
           first = who(lock.holders.first)
           return first unless lock.limit
@@ -110,7 +111,7 @@ module LockManager
       def row(lock)
         holder = lock.holders.first
         [Printer.key(lock.key), Printer.holders(lock), Printer.age(holder&.since), Printer.ttl(holder&.ttl),
-         lock.waiters.size.to_s]
+         "#{lock.waiters.size}#{", #{lock.parked} parked" if lock.parked.positive?}"]
       end
 
       def holder_lines(holder, number)

@@ -45,17 +45,19 @@ module LockManager
       Railtie.configure(app.config.lock_manager)
     end
 
-    # The argument of each of the command's tasks; options follow it: "lock_manager:release[report:1,--yes]".
-    TASKS = { "list" => :pattern, "show" => :key, "release" => :key, "watch" => :pattern, "limiters" => :pattern,
-              "reset-limiter" => :name }.freeze
+    # The arguments of each of the command's tasks; options follow them: "lock_manager:release[report:1,--yes]".
+    TASKS = { "list" => [:pattern], "show" => [:key], "release" => [:key], "watch" => [:pattern],
+              "parked" => [:key], "delete-parked" => %i[key jid], "limiters" => [:pattern],
+              "reset-limiter" => [:name] }.freeze
 
     # `bin/rails lock_manager:list` and the others: exe/lock_manager's commands on the app's own settings (as
     # config.lock_manager and config/initializers left them), which the command alone cannot see.
     rake_tasks do
       namespace :lock_manager do
-        TASKS.each do |command, argument|
-          desc "lock_manager #{command} on this app's settings; options follow the #{argument} (lock_manager --help)"
-          task command, [argument] => :environment do |_, args|
+        TASKS.each do |command, arguments|
+          desc "lock_manager #{command} on this app's settings; options follow the #{arguments.last} " \
+               "(lock_manager --help)"
+          task command, arguments => :environment do |_, args|
             status = Railtie.run_command(command, args.to_a)
             exit(status) unless status.zero?
           end

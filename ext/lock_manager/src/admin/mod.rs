@@ -1,6 +1,7 @@
 //! What `LockManager::Admin` reads and does, built from the keyspace alone: the locks of a
 //! pattern, found by SCAN on every master (never KEYS), with their holders and queued waiters read
-//! in pipelines of `BATCH` keys; and the force-release of one key.
+//! in pipelines of `BATCH` keys (with how many jobs are parked on each); and the force-release of
+//! one key.
 //!
 //! Nothing here runs on the lock cycle. Who holds a lock is its token (`token.rs`), or the job id
 //! a claim was taken with; a semaphore's holders are its sorted set; the queued waiters are the
@@ -25,13 +26,13 @@ pub use limiters::LimiterView;
 use views::{read_locks, Read, Target};
 pub use views::{HolderView, LockView, WaiterView};
 
-/// Keys asked of SCAN per call (its COUNT) and read per pipeline: 1,000 keys are 3,001 commands
+/// Keys asked of SCAN per call (its COUNT) and read per pipeline: 1,000 keys are 4,001 commands
 /// in one write, and each round trip's replies stay a few hundred kB.
 pub const BATCH: usize = 1000;
 
 impl LockCore {
-    /// `key` (without the prefix) as Redis has it now, or `None` when nobody holds it or waits
-    /// for it. Two round trips at most (one when no semaphore and no waiter).
+    /// `key` (without the prefix) as Redis has it now, or `None` when nobody holds it, waits for
+    /// it or is parked on it. Two round trips at most (one when no semaphore and no waiter).
     pub fn inspect(
         &self,
         key: &[u8],

@@ -1,5 +1,6 @@
 //! What Redis holds of a lock, read without a script: the views `LockManager::Admin` shows (a
-//! lock's holders, its queued waiters), and the pipelines that read them for many keys at once.
+//! lock's holders, its queued waiters, how many jobs are parked on it), and the pipelines that
+//! read them for many keys at once.
 
 use redis::{FromRedisValue, RedisError, RedisResult, Value};
 
@@ -18,6 +19,8 @@ pub struct LockView {
     pub holders: Vec<HolderView>,
     /// The live waiters queued for it, in arrival order.
     pub waiters: Vec<WaiterView>,
+    /// How many jobs are parked on it (`parking.rs`).
+    pub parked: u64,
 }
 
 #[derive(Debug, PartialEq)]
@@ -48,10 +51,11 @@ impl LockView {
     }
 }
 
-/// A key to read: the key without its prefix, and the Redis keys of its lock.
+/// A key to read: the key without its prefix, the Redis keys of its lock, and its parked jobs'.
 pub(super) struct Target {
     pub(super) key: Vec<u8>,
     pub(super) keys: LockKeys,
+    parked: Vec<u8>,
 }
 
 impl Target {
@@ -59,6 +63,7 @@ impl Target {
         Target {
             key: key.to_vec(),
             keys: core.keys().lock_keys(key),
+            parked: core.keys().parked(key),
         }
     }
 }
@@ -66,7 +71,7 @@ impl Target {
 /// What reading one key found.
 pub(super) enum Read {
     Lock(LockView),
-    /// Neither holder nor live waiter, or a key that is no lock (another type).
+    /// Neither holder nor live waiter nor parked job, or a key that is no lock (another type).
     Absent,
     /// Its node refused the key (MOVED while a slot migrates): read again on its own.
     Failed(RedisError),
@@ -79,17 +84,20 @@ pub(super) fn read_locks(
     targets: &[Target],
 ) -> RedisResult<Vec<Read>> {
     let (now_ms, shapes) = read_shapes(conn, targets)?;
-    ask_details(conn, targets, &shapes)?;
+    ask_details(conn, targets, shapes.iter().map(|(shape, _)| shape))?;
     targets
         .iter()
         .zip(shapes)
-        .map(|(target, shape)| read_of(conn, target, shape, now_ms))
+        .map(|(target, (shape, parked))| read_of(conn, target, shape, parked, now_ms))
         .collect()
 }
 
 /// The first pipeline: `TIME` (Redis's clock, in ms) and, per key, `GET` (its holder's token, or
-/// WRONGTYPE for a semaphore), `PTTL` and its queue.
-fn read_shapes(conn: &mut redis::Connection, targets: &[Target]) -> RedisResult<(u64, Vec<Shape>)> {
+/// WRONGTYPE for a semaphore), `PTTL`, its queue and `LLEN` of its parked jobs (their number).
+fn read_shapes(
+    conn: &mut redis::Connection,
+    targets: &[Target],
+) -> RedisResult<(u64, Vec<(Shape, u64)>)> {
     let mut first = redis::pipe();
     first.cmd("TIME");
     for target in targets {
@@ -101,6 +109,7 @@ fn read_shapes(conn: &mut redis::Connection, targets: &[Target]) -> RedisResult<
             .arg(0)
             .arg(-1)
             .arg("WITHSCORES");
+        first.cmd("LLEN").arg(&target.parked);
     }
     conn.send_packed_command(&first.get_packed_pipeline())?;
     let now_ms = redis_ms(conn.recv_response()?.extract_error()?)?;
@@ -109,17 +118,22 @@ fn read_shapes(conn: &mut redis::Connection, targets: &[Target]) -> RedisResult<
         let holder = conn.recv_response()?;
         let pttl = conn.recv_response()?;
         let queue = conn.recv_response()?;
-        shapes.push(Shape::of(holder, pttl, queue));
+        // Not a list (WRONGTYPE): no job of ours is parked there.
+        let parked = match conn.recv_response()? {
+            Value::Int(count) => u64::try_from(count).unwrap_or(0),
+            _ => 0,
+        };
+        shapes.push((Shape::of(holder, pttl, queue), parked));
     }
     Ok((now_ms, shapes))
 }
 
 /// The second pipeline, sent only when a key needs it: a semaphore's holders, a queue's waiters'
 /// details. `read_of` reads their replies, key by key, in the order they were asked.
-fn ask_details(
+fn ask_details<'a>(
     conn: &mut redis::Connection,
     targets: &[Target],
-    shapes: &[Shape],
+    shapes: impl Iterator<Item = &'a Shape>,
 ) -> RedisResult<()> {
     let mut second = redis::pipe();
     let mut asked = 0;
@@ -157,6 +171,7 @@ fn read_of(
     conn: &mut redis::Connection,
     target: &Target,
     shape: Shape,
+    parked: u64,
     now_ms: u64,
 ) -> RedisResult<Read> {
     let (semaphore, holders, queue) = match shape {
@@ -177,7 +192,9 @@ fn read_of(
         true => Vec::new(),
         false => live_waiters(queue, conn.recv_response()?, now_ms),
     };
-    Ok(if holders.is_empty() && waiters.is_empty() {
+    // Parked jobs with neither holder nor waiter: a lock that expired with no release (its
+    // holder died), its line waiting for the fallback. Shown, for an operator to see it.
+    Ok(if holders.is_empty() && waiters.is_empty() && parked == 0 {
         Read::Absent
     } else {
         Read::Lock(LockView {
@@ -185,6 +202,7 @@ fn read_of(
             semaphore,
             holders,
             waiters,
+            parked,
         })
     })
 }
@@ -389,6 +407,7 @@ mod tests {
                 holder("jid"),
             ],
             waiters: vec![],
+            parked: 0,
         };
         assert_eq!(view.limit(), Some(3));
         view.holders = vec![holder("older-token"), holder("another")];

@@ -1,7 +1,8 @@
 //! What `LockManager::Admin` asks of `LockManager::Native::Locker` (see `admin.rs`): a SCAN of a
 //! pattern (`LockManager::Native::AdminScan`), a read of given keys, a force-release. Locks come
 //! to Ruby as plain arrays, which `lib/lock_manager/admin.rb` makes its Structs:
-//! - a lock: `[key, limit or nil, holders, waiters]`;
+//! - a lock: `[key, limit or nil, holders, waiters, parked]` (parked: how many jobs are parked
+//!   on it);
 //! - a holder: `[token, jid, host, pid, thread, since ms, ttl ms]`: host, pid, thread and since
 //!   from its token when it has the holder format (`token.rs`), else the token is a job's id;
 //! - a waiter: `[token, host, pid, thread, since µs]` (since: when it queued, Redis's clock);
@@ -70,8 +71,8 @@ impl NativeScan {
     }
 }
 
-/// Each of `keys` as a lock, or nil when nobody holds it or waits for it. `pattern`: what found
-/// them, for error messages (nil: they name the first key).
+/// Each of `keys` as a lock, or nil when nobody holds it, waits for it or is parked on it.
+/// `pattern`: what found them, for error messages (nil: they name the first key).
 fn admin_locks(
     ruby: &Ruby,
     rb_self: &NativeLocker,
@@ -156,7 +157,14 @@ fn listing_error(ruby: &Ruby, error: LockError, pattern: &[u8]) -> Error {
 fn lock(ruby: &Ruby, view: &LockView) -> Value {
     let holders = ruby.ary_from_iter(view.holders.iter().map(|h| holder(ruby, h)));
     let waiters = ruby.ary_from_iter(view.waiters.iter().map(|w| waiter(ruby, w)));
-    (text(ruby, &view.key), view.limit(), holders, waiters).into_value_with(ruby)
+    (
+        text(ruby, &view.key),
+        view.limit(),
+        holders,
+        waiters,
+        view.parked,
+    )
+        .into_value_with(ruby)
 }
 
 fn limiter(ruby: &Ruby, view: &LimiterView) -> Value {
