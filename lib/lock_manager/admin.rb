@@ -92,8 +92,7 @@ module LockManager
     # Nothing else is touched: not the queue, not another key.
     # @return [Boolean] true if a lock was removed, or handed to a parked job
     def release(key)
-      key = Arguments.key(key)
-      native.admin_release(key) || unparked?(key)
+      native.admin_release(Arguments.key(key))
     end
 
     # Force-releases the lock a job of `job_class` (a Sidekiq or ActiveJob class with lock_with)
@@ -113,12 +112,6 @@ module LockManager
     end
 
     private
-
-    # The parked jobs' own fallback, now: a free lock goes to the first of them. Asked only when
-    # jobs are parked (never on a Cluster, where none parks).
-    def unparked?(key)
-      native.parked_count(key).positive? && !native.unpark(key).nil?
-    end
 
     def job_lock(job_class, args)
       raise ArgumentError, "args must be the job's arguments as an Array, got #{args.inspect}" unless args.is_a?(Array)

@@ -72,7 +72,7 @@ module LockManager
     #   [:handed, 0]: the lock was free and went to the first parked job at once
     # @api private
     def park(key, token, ttl:, grace:, most:, schedule:, fallback:, push:)
-      native.park(Arguments.key(key), Arguments.string(token, :token), Arguments.milliseconds(ttl, :ttl),
+      native.park(Arguments.key(key), parked_token(token), Arguments.milliseconds(ttl, :ttl),
                   Arguments.milliseconds(grace, :grace), most || 0, schedule, fallback, push)
     end
 
@@ -89,6 +89,15 @@ module LockManager
     end
 
     private
+
+    # A parked job's token is found in its line by its JSON text (ext/lock_manager/src/parking.rs):
+    # one that JSON escapes could not be (a job's id never is).
+    def parked_token(token)
+      token = Arguments.string(token, :token)
+      return token unless token.match?(%r{["\\/[:cntrl:]]})
+
+      raise ArgumentError, "park: token must have no quote, backslash, slash or control character, got #{token.inspect}"
+    end
 
     def claimed(keys, tokens, ttls, pushes)
       pushes ? native.claim_push(keys, tokens, ttls, pushes) : native.claim(keys, tokens, ttls)

@@ -7,7 +7,7 @@ require_relative "../support/process_helpers"
 # The line of parked jobs (on_conflict: :park; Claims#park) through Redis restarts: what survives is
 # what Redis kept, as for Sidekiq's own queues. The parking core only: spec/sidekiq/parking_spec.rb
 # runs it under a real Sidekiq.
-RSpec.describe "Parked jobs under Redis faults" do
+RSpec.describe "Parked jobs in Redis (Claims#park), under faults" do
   include FaultHelpers
   include ProcessHelpers
 
@@ -50,6 +50,15 @@ RSpec.describe "Parked jobs under Redis faults" do
     expect(locker.parked_count("account")).to eq(0)
     expect(holder.release_parked).to be(false) # its lock is gone too: nothing to hand on
     expect(server.client.keys("*")).to eq([])
+  end
+
+  it "refuses a token its line could not find again (JSON would escape it), before anything reaches Redis" do
+    locker = LockManager::Locker.new(redis_url: "redis://127.0.0.1:1", key_prefix: prefix) # nothing listens
+    ["a/b", 'a"b', "a\\b", "a\nb"].each do |token|
+      expect do
+        locker.park("account", token, ttl: 5, grace: 1, most: nil, schedule: "s", fallback: "f", push: [%w[LPUSH q x]])
+      end.to raise_error(ArgumentError, /token must have no quote/)
+    end
   end
 
   it "hands a lock that expired under the line to the first parked job when its fallback asks (Unpark)" do
