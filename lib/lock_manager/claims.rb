@@ -11,12 +11,16 @@ module LockManager
     # With `pushes:` (per key, a job's push commands, each [name, key, *args], from Sidekiq's own
     # push), a claim taken also runs its push, in the same round trip, on a Redis that is the jobs'
     # too (#server_identity): a job is pushed with its lock or not at all.
-    # @return [Array<Integer, String>] per key: the fencing token when claimed, else the holder's token
-    def claim(keys, tokens, seconds, pushes: nil)
+    # With `replacing:` too (per key, true for a job with on_conflict: :replace), a claim whose key
+    # another job holds while that job is still pending takes the key over and takes that job's push
+    # out of its queue or schedule, in the same script: that job will not run.
+    # @return [Array<Integer, String, Array>] per key: the fencing token when claimed, [the fencing
+    #   token, the replaced job's token] when it replaced a pending job, else the holder's token
+    def claim(keys, tokens, seconds, pushes: nil, replacing: nil)
       keys = keys.map { |key| Arguments.key(key) }
       started = Instrumentation.started
       replies = claimed(keys, tokens.map { |token| Arguments.string(token, :token) },
-                        seconds.map { |value| Arguments.milliseconds(value, :unique_for) }, pushes)
+                        seconds.map { |value| Arguments.milliseconds(value, :unique_for) }, pushes, replacing)
       keys.zip(replies) { |key, reply| Instrumentation.claimed(key, started, :claim, reply) } if started
       replies
     end
@@ -99,8 +103,10 @@ module LockManager
       raise ArgumentError, "park: token must have no quote, backslash, slash or control character, got #{token.inspect}"
     end
 
-    def claimed(keys, tokens, ttls, pushes)
-      pushes ? native.claim_push(keys, tokens, ttls, pushes) : native.claim(keys, tokens, ttls)
+    def claimed(keys, tokens, ttls, pushes, replacing)
+      return native.claim(keys, tokens, ttls) unless pushes
+
+      native.claim_push(keys, tokens, ttls, pushes, replacing || Array.new(keys.size, false))
     end
   end
 end

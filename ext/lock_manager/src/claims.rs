@@ -19,6 +19,9 @@ pub enum Claimed {
     Taken(FencingToken),
     /// Another token holds it.
     HeldBy(Vec<u8>),
+    /// The token holds it now, taken from this token's job, which was pending: that job's push was
+    /// taken out of its queue (`claim_and_push` with `replacing`).
+    Replaced(FencingToken, Vec<u8>),
 }
 
 /// One claim: a key (without the prefix), the token to hold it, its TTL.
@@ -98,12 +101,14 @@ impl LockCore {
         &self,
         claims: &[ClaimRequest],
         pushes: &[Vec<Vec<Vec<u8>>>],
+        replacing: &[bool],
         interrupt: &Interrupt,
     ) -> Result<Vec<Claimed>, LockError> {
         let Some(first) = claims.first() else {
             return Ok(Vec::new());
         };
         let (locks, counters) = self.claim_keys(claims);
+        let pending: Vec<Vec<u8>> = claims.iter().map(|c| self.keys().pending(c.key)).collect();
         // The numbers the script reads, as text that outlives the arguments pointing into it.
         let ttls: Vec<String> = claims.iter().map(|c| c.ttl_ms.to_string()).collect();
         let command_counts: Vec<String> = pushes.iter().map(|p| p.len().to_string()).collect();
@@ -114,11 +119,16 @@ impl LockCore {
         let mut keys: Vec<&[u8]> = Vec::new();
         let mut args: Vec<&[u8]> = vec![b"0"];
         for at in 0..claims.len() {
+            let replaces = replacing.get(at).copied().unwrap_or(false);
             keys.push(&locks[at]);
+            if replaces {
+                keys.push(&pending[at]);
+            }
             args.extend([
                 claims[at].token.as_bytes(),
                 ttls[at].as_bytes(),
                 command_counts[at].as_bytes(),
+                if replaces { b"1" } else { b"0" },
             ]);
             for (command, count) in pushes[at].iter().zip(&argument_counts[at]) {
                 keys.push(&command[1]);
@@ -223,6 +233,17 @@ fn unexpected(reply: Value) -> redis::RedisError {
 fn claimed(reply: Value) -> Result<Claimed, redis::RedisError> {
     match reply.extract_error()? {
         Value::Int(fencing_token) => Ok(Claimed::Taken(fencing_token as FencingToken)),
+        Value::Array(replaced) => match replaced.as_slice() {
+            [Value::Int(fencing_token), holder] => Ok(Claimed::Replaced(
+                *fencing_token as FencingToken,
+                Vec::<u8>::from_redis_value(holder.clone())?,
+            )),
+            _ => Err((
+                redis::ErrorKind::Parse,
+                "a replacing claim's reply is not {fencing token, token}",
+            )
+                .into()),
+        },
         holder => Ok(Claimed::HeldBy(Vec::<u8>::from_redis_value(holder)?)),
     }
 }
@@ -244,6 +265,14 @@ mod tests {
     fn a_number_is_a_fencing_token_and_a_string_the_holder() {
         assert_eq!(claimed(Value::Int(7)).unwrap(), Claimed::Taken(7));
         let holder = Value::BulkString(b"jid-1".to_vec());
-        assert_eq!(claimed(holder).unwrap(), Claimed::HeldBy(b"jid-1".to_vec()));
+        assert_eq!(
+            claimed(holder.clone()).unwrap(),
+            Claimed::HeldBy(b"jid-1".to_vec())
+        );
+        let replaced = Value::Array(vec![Value::Int(8), holder]);
+        assert_eq!(
+            claimed(replaced).unwrap(),
+            Claimed::Replaced(8, b"jid-1".to_vec())
+        );
     }
 }

@@ -181,6 +181,14 @@ impl KeySpace {
         [INTERNAL_PREFIX, &tag, b":parked:", &lock].concat()
     }
 
+    /// Where the push of the job that holds the lock `key` is remembered, for a job that may replace
+    /// it (`lua/claim_push.lua`), in the lock's slot.
+    pub fn pending(&self, key: &[u8]) -> Vec<u8> {
+        let lock = self.lock(key);
+        let tag = slot_tag(hash_slot(&lock));
+        [INTERNAL_PREFIX, &tag, b":pending:", &lock].concat()
+    }
+
     /// The key of the limiter `name` of kind `kind` (`limits.rs`): internal, so that no lock key
     /// reaches it, in the slot `key_prefix + name` would have, one key per limiter.
     pub fn limiter(&self, kind: &[u8], name: &[u8]) -> Vec<u8> {

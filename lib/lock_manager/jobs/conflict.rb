@@ -21,7 +21,7 @@ module LockManager
       ways = Ways.new(class_name: class_name, log: log, reschedule: reschedule, park: park,
                       reschedules: reschedules, reschedule_in: reschedule_in)
       case lock.options.on_conflict
-      when "skip" then log.call("skipped", lock.held_key, "")
+      when "skip", "replace" then log.call("skipped", lock.held_key, "") # replace acts at push
       when "reschedule" then rescheduled(lock, ways)
       when "park" then parked(lock, park&.call, ways)
       else raise LockNotAcquired, lock.held_key

@@ -5,7 +5,9 @@ module LockManager
   # on_conflict: :park, `park_limit` (how many jobs may wait on one lock; nil: no limit) and
   # `when_full` (what a job beyond it does).
   module ConflictOptions
-    CONFLICTS = %w[skip reschedule raise park].freeze
+    CONFLICTS = %w[skip reschedule raise park replace].freeze
+    # The modes whose push can replace a pending job of the same key.
+    REPLACING_MODES = %w[until_executing until_executed].freeze
     WHEN_FULL = %w[skip raise reschedule].freeze
     # The modes whose run lock a job can park on.
     PARKING_MODES = %w[nonblocking until_and_while_executing].freeze
@@ -17,6 +19,11 @@ module LockManager
       on_conflict == "park"
     end
 
+    # Whether a push replaces the pending job of its key (and takes its lock over).
+    def replace?
+      on_conflict == "replace"
+    end
+
     private
 
     # Whether the job can find its lock held when it starts: every mode but these three.
@@ -25,12 +32,22 @@ module LockManager
     end
 
     def conflict_option(value, given)
+      return replace_option if given && value.to_s == "replace"
+
       if given && !conflicts? && value.to_s != "raise"
         raise ArgumentError, "lock_with on_conflict is not for :#{mode}: " +
                              (blocking? ? "it waits up to timeout, then raises" : "it takes no lock when the job runs")
       end
 
       choice(value, CONFLICTS, "on_conflict")
+    end
+
+    # A push replaces a pending job: one of the until_* modes that a running job does not hold (they
+    # release the lock as it starts, or hold it by its id, so a running job is never replaced).
+    def replace_option
+      return "replace" if REPLACING_MODES.include?(mode)
+
+      raise ArgumentError, "lock_with on_conflict: :replace is for :until_executing and :until_executed"
     end
 
     # Checked once the others are: a parked job's lock is one holder's (its hand-over goes to one
@@ -55,6 +72,7 @@ module LockManager
 
     # What to_h keeps of these: nothing for a mode that never meets its lock held.
     def conflict_h
+      return { "on_conflict" => on_conflict } if replace? && !conflicts?
       return {} unless conflicts?
 
       parking = { "park_limit" => park_limit, "when_full" => when_full } if park?

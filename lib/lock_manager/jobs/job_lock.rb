@@ -5,6 +5,7 @@ require "json"
 require_relative "conflict"
 require_relative "parkable"
 require_relative "until_expired"
+require_relative "job_claims"
 
 module LockManager
   # One job's lock, whichever framework runs the job (Sidekiq or ActiveJob): its key, and what its
@@ -13,6 +14,7 @@ module LockManager
   class JobLock
     include Parkable
     prepend UntilExpired::Expiring
+    extend Claiming
 
     # Where the run lock of :until_and_while_executing lives, after the job's key.
     RUN_SUFFIX = ":run"
@@ -32,23 +34,6 @@ module LockManager
       @options = options
       @token = token.to_s
       @key = key_for(class_name, args, key_proc, digest_args)
-    end
-
-    # Takes the enqueue locks of these unique jobs: one round trip in all on one Redis. Each
-    # lives `unique_for` seconds past the job's scheduled time. With `pushes:` (Claims#claim), each
-    # job taken is pushed in the same round trip, and a ConnectionError is the caller's to decide.
-    # @param scheduled_at [Array<Numeric, nil>] each job's scheduled time (epoch seconds), or nil
-    # @return [Array<String, nil>] per job: nil when its lock is taken, else the token holding it
-    def self.claim(job_locks, scheduled_at, pushes: nil)
-      ttls = pending(job_locks, scheduled_at)
-      claiming = -> { LockManager.locker.claim(job_locks.map(&:key), job_locks.map(&:token), ttls, pushes: pushes) }
-      replies = pushes ? claiming.call : OnRedisError.claiming(job_locks.first.key, job_locks.size, &claiming)
-      replies.map { |reply| reply if reply.is_a?(String) }
-    end
-
-    # Seconds each lock lives while its job waits.
-    private_class_method def self.pending(job_locks, scheduled_at, now = Time.now.to_f)
-      job_locks.zip(scheduled_at).map { |lock, at| lock.pending_for(at, now) }
     end
 
     # Seconds the lock of a job scheduled `at` (epoch seconds, or nil: now) lives while it waits (for

@@ -36,7 +36,7 @@ module LockManager
       # @raise [ArgumentError] at class load, naming the bad option
       def lock_with(mode = :nonblocking, **options)
         checked = JobOptions.new(options.merge(mode: mode))
-        refuse_parking if checked.park? && respond_to?(:lock_manager_callbacks?)
+        refuse_sidekiq_only(checked) if respond_to?(:lock_manager_callbacks?)
         keep_procs(checked)
         @lock_manager_options = checked.to_h.freeze
         return if respond_to?(:lock_manager_callbacks?)
@@ -51,12 +51,15 @@ module LockManager
         @lock_manager_reschedule_in = (checked.backoff.reschedule_in if checked.backoff.reschedule_in.is_a?(Proc))
       end
 
-      # An ActiveJob class's jobs cannot park: its adapter, not Sidekiq's client, pushes them.
-      def refuse_parking
-        raise ArgumentError, "lock_with on_conflict: :park is for Sidekiq jobs (include LockManager::Worker in a " \
-                             "Sidekiq job class); an ActiveJob class can use :reschedule"
+      # An ActiveJob class's jobs cannot park or replace: its adapter, not Sidekiq's client, pushes them.
+      def refuse_sidekiq_only(checked)
+        return unless checked.park? || checked.replace?
+
+        raise ArgumentError, "lock_with on_conflict: :#{checked.on_conflict} is for Sidekiq jobs (include " \
+                             "LockManager::Worker in a Sidekiq job class); an ActiveJob class can use " \
+                             "#{checked.park? ? ":reschedule" : ":skip (the default)"}"
       end
-      private :keep_procs, :refuse_parking
+      private :keep_procs, :refuse_sidekiq_only
 
       # Adds a rate or concurrency rule the job must pass when it starts (see JobThrottle): several
       # rules make all-or-none; a refused job runs again when the rule would admit it.

@@ -16,7 +16,7 @@ use crate::ruby::locker::NativeLocker;
 pub fn init(native: RModule) -> Result<(), Error> {
     let class: RClass = native.const_get("Locker")?;
     class.define_method("claim", method!(claim, 3))?;
-    class.define_method("claim_push", method!(claim_push, 4))?;
+    class.define_method("claim_push", method!(claim_push, 5))?;
     class.define_method("server_identity", method!(server_identity, 0))?;
     class.define_method("adopt", method!(adopt, 4))?;
     class.define_method("holder", method!(holder, 1))?;
@@ -55,6 +55,7 @@ fn claim_push(
     tokens: Vec<String>,
     ttls_ms: Vec<u64>,
     pushes: RArray,
+    replacing: Vec<bool>,
 ) -> Result<RArray, Error> {
     let pushes = pushes
         .into_iter()
@@ -76,7 +77,9 @@ fn claim_push(
         return Err(Error::new(ruby.exception_arg_error(), message));
     }
     claiming(ruby, keys, &tokens, &ttls_ms, |claims, i| {
-        rb_self.core().claim_and_push(claims, &pushes, i)
+        rb_self
+            .core()
+            .claim_and_push(claims, &pushes, &replacing, i)
     })
 }
 
@@ -209,5 +212,11 @@ fn shown(ruby: &Ruby, claimed: Claimed) -> Value {
     match claimed {
         Claimed::Taken(fencing_token) => fencing_token.into_value_with(ruby),
         Claimed::HeldBy(holder) => ruby.str_from_slice(&holder).as_value(),
+        Claimed::Replaced(fencing_token, replaced) => ruby
+            .ary_new_from_values(&[
+                fencing_token.into_value_with(ruby),
+                ruby.str_from_slice(&replaced).as_value(),
+            ])
+            .as_value(),
     }
 }

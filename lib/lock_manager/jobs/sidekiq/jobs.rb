@@ -117,8 +117,14 @@ module LockManager
       # Logs a push refused because `holder` holds the job's lock; tells listeners.
       # @return [nil] what a refused push returns
       def refused(lock, job, holder)
-        log("refused #{class_name(job)} jid=#{job["jid"]}: lock #{lock.key.inspect} is held by jid=#{holder}")
+        why = " (on_conflict: :replace replaces only where Sidekiq's Redis is the locks')" if lock.options.replace?
+        log("refused #{class_name(job)} jid=#{job["jid"]}: lock #{lock.key.inspect} is held by jid=#{holder}#{why}")
         Instrumentation.conflict(lock, class_name(job), job["jid"], refused_by: holder)
+      end
+
+      # Logs a push that replaced the pending job `replaced` (on_conflict: :replace).
+      def replaced(lock, job, replaced)
+        log("replaced #{class_name(job)} jid=#{replaced} by jid=#{job["jid"]}: lock #{lock.key.inspect}")
       end
 
       def log(message)

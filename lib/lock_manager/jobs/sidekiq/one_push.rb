@@ -60,6 +60,7 @@ module LockManager
           replies = claim(deferred, deferred.map { |payload| commands(client, payload) })
           return payloads unless replies # Redis unreachable, on_redis_error: :run: pushed without their locks
 
+          replaced(deferred, replies)
           refuse(payloads, deferred, replies)
           others
         end
@@ -79,6 +80,14 @@ module LockManager
 
         def deferred?(payload)
           payload.instance_variable_defined?(DEFERRED)
+        end
+
+        # The jobs that replaced a pending one ([fencing token, its jid]): logged.
+        def replaced(deferred, replies)
+          replies.each_with_index do |reply, index|
+            job = deferred[index]
+            Jobs.replaced(job.instance_variable_get(DEFERRED), job, reply.last) if reply.is_a?(Array)
+          end
         end
 
         # The jobs whose locks others hold: logged, their jid nil, left out of `payloads`.
