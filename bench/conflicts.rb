@@ -34,7 +34,7 @@ POLL = Float(ENV.fetch("POLL", "0.5"))
 HANDOVER_TARGET = 0.1 # seconds, release to the next start, p99 for :park
 RUN = SecureRandom.hex(4)
 CLASSES = { "on_conflict: :park" => "ParkBenchJob", "reschedule_in: 1 (fixed)" => "FixedBenchJob",
-             "reschedule, default backoff" => "BackoffBenchJob" }.freeze
+            "reschedule, default backoff" => "BackoffBenchJob" }.freeze
 
 def records(list)
   ADMIN.lrange(list, 0, -1).map { |line| JSON.parse(line) }

@@ -53,7 +53,9 @@ RSpec.describe "on_conflict: :replace" do
     third = ReplacingJobs::Sync.perform_async(8, "other")
 
     expect([first, second, third]).to all(be_a(String))
-    expect(queued.map { |job| [job["jid"], job["args"]] }).to contain_exactly([second, [7, "new"]], [third, [8, "other"]])
+    expect(queued.map do |job|
+             [job["jid"], job["args"]]
+           end).to contain_exactly([second, [7, "new"]], [third, [8, "other"]])
     expect([holder("sync:7"), holder("sync:8")]).to eq([second, third])
     expect(@client_log.string).to include(%(replaced ReplacingJobs::Sync jid=#{first} by jid=#{second}: lock "sync:7"))
   end
