@@ -51,6 +51,11 @@ module AjBackoff
     end
   end
 
+  # on_conflict: :park on an adapter that is not Sidekiq's: rescheduled by the backoff instead.
+  class ParkJob < ApplicationJob
+    lock_with :nonblocking, key: ->(run) { "aj-backoff:#{run}" }, on_conflict: :park
+  end
+
   class InlineJob < ApplicationJob
     self.queue_adapter = :inline
     lock_with :nonblocking, key: ->(run) { "aj-backoff:#{run}" }, on_conflict: :reschedule
@@ -153,6 +158,16 @@ RSpec.describe "on_conflict: :reschedule's backoff under ActiveJob" do
 
     elsewhere.claim(["aj-backoff:#{run}"], ["another-owner"], [60])
     expect(perform_enqueued).to include(count => 1, "delay" => be_between(30, 38))
+  end
+
+  it "reschedules a job with on_conflict: :park on an adapter that is not Sidekiq's, saying why" do
+    job = AjBackoff::ParkJob.perform_later(run)
+    again = perform_enqueued
+
+    expect([again[count], again["job_id"]]).to eq([1, job.job_id])
+    expect(again["delay"]).to be_between(1, 1.75)
+    expect(log.string).to include("not parked AjBackoff::ParkJob job_id=#{job.job_id}: lock \"aj-backoff:#{run}\" " \
+                                  "is held by another-owner (a job parks where Sidekiq pushes it")
   end
 
   it "raises LockNotAcquired on an adapter that cannot schedule the job (:inline)" do

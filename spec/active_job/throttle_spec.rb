@@ -176,13 +176,4 @@ RSpec.describe "throttle_with under ActiveJob" do
       end
     end.to raise_error(ArgumentError, /concurrency must be an Integer from 1/)
   end
-
-  it "refuses on_conflict: :park in an ActiveJob class at class load, saying what can park" do
-    expect do
-      Class.new(ActiveJob::Base) do
-        include LockManager::Worker
-        lock_with :nonblocking, on_conflict: :park
-      end
-    end.to raise_error(ArgumentError, /:park is for Sidekiq jobs/)
-  end
 end

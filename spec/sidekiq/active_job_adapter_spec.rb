@@ -274,6 +274,22 @@ RSpec.describe "ActiveJob on the Sidekiq adapter, end to end" do
     LockManager.locker.release_claim("aj-backoff", "another-owner")
   end
 
+  it "on_conflict: :park: jobs that find the lock held wait in Redis, then run one at a time, each pushed by the " \
+     "release before it" do
+    holder = AjParkJob.perform_later("holder", "park")
+    wait_for_job(holder, "working")
+    parked = Array.new(3) { |number| AjParkJob.perform_later("parked #{number}", 0.05) }
+    eventually(timeout: 20) { LockManager.locker.parked_count("aj-park") == 3 }
+    open_gate("park")
+    parked.each { |job| wait_for_job(job, "done") }
+
+    expect(events(AjParkJob, "working").map { |e| e["jid"] }.sort).to eq([holder, *parked].map(&:job_id).sort)
+    expect(most_at_once(AjParkJob)).to eq(1)
+    expect(@sidekiq.log.scan(/parked AjParkJob job_id=\S+: lock "aj-park" is held by \S+ \(\d in line\)/).size).to eq(3)
+    expect(@sidekiq.log).not_to include("rescheduled AjParkJob")
+    expect(admin.zcard("schedule")).to eq(0) # no reschedule, and the fallback left with the last parked job
+  end
+
   it "a server middleware the app adds after requiring lock_manager/sidekiq runs too" do
     seen = admin.get("#{@timeline}:late").to_i
     job = AjOtherNonblockingJob.perform_later("late", 0)

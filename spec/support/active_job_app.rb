@@ -133,6 +133,13 @@ class AjBackoffJob < ApplicationJob
   lock_with :nonblocking, key: "aj-backoff", on_conflict: :reschedule, max_reschedules: 5
 end
 
+# on_conflict: :park through its callbacks: the adapter's own push of the job parks it, and the release of
+# the lock pushes it.
+class AjParkJob < ApplicationJob
+  include LockManager::Worker
+  lock_with :nonblocking, key: "aj-park", on_conflict: :park, timeout: 5
+end
+
 # Sidekiq's ActiveJob integration only: the Sidekiq middleware locks these, keyed on their own class.
 class AjOptionsJob < ApplicationJob
   sidekiq_options lock_manager: { "mode" => "nonblocking" }

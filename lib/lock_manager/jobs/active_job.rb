@@ -9,6 +9,7 @@ require_relative "active_job/bulk_enqueue"
 require_relative "active_job/throttled"
 require_relative "active_job/expiring"
 require_relative "active_job/rescheduled"
+require_relative "active_job/parking"
 
 module LockManager
   # `include LockManager::Worker` in an ActiveJob class: the same `lock_with` as in a Sidekiq job,
@@ -25,6 +26,7 @@ module LockManager
     include Throttled
     include Expiring
     include Rescheduled
+    include Parking
 
     def self.included(base)
       base.extend(ClassMethods)

@@ -44,7 +44,7 @@ module LockManager
     end
 
     # A parked job waits for the release; one over `park_limit` does as `when_full` says; where it
-    # cannot park (Sidekiq's Redis is not the locks') it is rescheduled.
+    # cannot park (Sidekiq's Redis is not the locks', an ActiveJob adapter not Sidekiq's) it is rescheduled.
     def self.parked(lock, outcome, ways)
       state, count = outcome
       case state
@@ -52,7 +52,8 @@ module LockManager
       when :handed then ways.log.call("parked", lock.held_key, ", and pushed again at once: the lock came free")
       when :full then full(lock, count, ways)
       else
-        ways.log.call("not parked", lock.held_key, " (Sidekiq's Redis is not the locks'): rescheduled")
+        ways.log.call("not parked", lock.held_key, " (a job parks where Sidekiq pushes it to the locks' Redis): " \
+                                                   "rescheduled")
         rescheduled(lock, ways)
       end
     end

@@ -51,13 +51,13 @@ module LockManager
         @lock_manager_reschedule_in = (checked.backoff.reschedule_in if checked.backoff.reschedule_in.is_a?(Proc))
       end
 
-      # An ActiveJob class's jobs cannot park or replace: its adapter, not Sidekiq's client, pushes them.
+      # An ActiveJob class's pushes cannot replace a pending job: its enqueue claims the lock before
+      # the adapter pushes, apart from the push.
       def refuse_sidekiq_only(checked)
-        return unless checked.park? || checked.replace?
+        return unless checked.replace?
 
-        raise ArgumentError, "lock_with on_conflict: :#{checked.on_conflict} is for Sidekiq jobs (include " \
-                             "LockManager::Worker in a Sidekiq job class); an ActiveJob class can use " \
-                             "#{checked.park? ? ":reschedule" : ":skip (the default)"}"
+        raise ArgumentError, "lock_with on_conflict: :replace is for Sidekiq jobs (include LockManager::Worker " \
+                             "in a Sidekiq job class): an ActiveJob class's lock is claimed apart from its push"
       end
       private :keep_procs, :refuse_sidekiq_only
 

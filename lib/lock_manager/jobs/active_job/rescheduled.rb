@@ -32,7 +32,8 @@ module LockManager
                            reschedules: @lock_manager_reschedules.to_i,
                            reschedule_in: self.class.lock_manager_reschedule_in,
                            log: ->(what, key, more) { lock_manager_log(what, key, "#{by}#{more}") },
-                           reschedule: ->(seconds, count) { lock_manager_reschedule(lock, seconds, count) })
+                           reschedule: ->(seconds, count) { lock_manager_reschedule(lock, seconds, count) },
+                           park: -> { lock_manager_park(lock) })
       end
 
       # LockNotAcquired on an adapter that cannot schedule a job (:inline).

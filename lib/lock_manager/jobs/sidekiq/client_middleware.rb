@@ -9,12 +9,21 @@ module LockManager
       include ::Sidekiq::ClientMiddleware if defined?(::Sidekiq::ClientMiddleware)
 
       def call(worker_class, job, _queue, redis_pool, &block)
+        parking = Parking.requested(job) # an ActiveJob that parks: its push is its park
+        return OnePush.deferring(parking, &block) if parking
+
         lock, holder = BulkPush.take(job) # claimed already, with the rest of its push_bulk
         return holder ? Jobs.refused(lock, job, holder) : yield if lock
 
         lock = Jobs.enqueue_lock(job, worker_class)
         lock &&= UntilExpired.payload_lock(lock, job)
-        return yield unless lock
+        lock ? claimed(lock, job, redis_pool, &block) : yield
+      end
+
+      private
+
+      # A unique job's push: its claim travels with it (OnePush), or is taken first.
+      def claimed(lock, job, redis_pool, &block)
         return OnePush.deferring(lock, &block) if OnePush.possible?(redis_pool)
 
         holder = JobLock.claim([lock], [job["at"]]).first

@@ -57,6 +57,9 @@ module LockManager
           return payloads unless payloads.any? { |payload| deferred?(payload) } # a plain push: no Array made
 
           deferred, others = payloads.partition { |payload| deferred?(payload) }
+          deferred = Parking.write(client, deferred) # a wrapped ActiveJob parks rather than being pushed
+          return others if deferred.empty?
+
           replies = claim(deferred, deferred.map { |payload| commands(client, payload) })
           return payloads unless replies # Redis unreachable, on_redis_error: :run: pushed without their locks
 

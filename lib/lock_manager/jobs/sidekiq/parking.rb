@@ -15,16 +15,52 @@ module LockManager
       # Sidekiq's sorted set of scheduled jobs, where the fallback waits.
       SCHEDULE = "schedule"
 
-      # @return [Array(Symbol, Integer), nil] Claims#park's reply, or nil where the job cannot park
-      def self.park(job, lock)
-        client = ::Sidekiq::Client.new
-        return unless OnePush.possible?(client.redis_pool)
+      # The instance variables of a wrapped ActiveJob's serialized data (its first argument) pushed to
+      # park (ActiveJob::Parking): the JobLock it parks on, and what parking it did.
+      PARK = :@lock_manager_park
+      PARKED = :@lock_manager_parked
 
-        push = OnePush.commands(client, job.except("at"))
-        LockManager.locker.park(lock.held_key, lock.token, ttl: lock.options.timeout, grace: GRACE,
-                                                           most: lock.options.park_limit, schedule: SCHEDULE,
-                                                           fallback: Unpark.fallback(lock.held_key, job["queue"]),
-                                                           push: push)
+      class << self
+        # Parks the job the server middleware runs (a Sidekiq job Hash) on `lock`.
+        # @return [Array(Symbol, Integer), nil] Claims#park's reply, or nil where the job cannot park
+        def park(job, lock)
+          client = ::Sidekiq::Client.new
+          return unless possible?(client.redis_pool)
+
+          payload(client, job.except("at"), lock)
+        end
+
+        # Whether a job pushed through `redis_pool` can park: Sidekiq's Redis is the locks'.
+        def possible?(redis_pool)
+          OnePush.possible?(redis_pool)
+        end
+
+        # The lock a wrapped ActiveJob's push asks to park on (ActiveJob::Parking), or nil.
+        def requested(job)
+          data = Array(job["args"]).first if job["wrapped"]
+          data.instance_variable_get(PARK) if data.is_a?(Hash)
+        end
+
+        # Of the payloads whose claims travel with their push (OnePush), parks those that asked to
+        # (their lock is the OnePush mark), telling each what it did on its serialized data.
+        # @return [Array<Hash>] the others
+        def write(client, deferred)
+          parking, others = deferred.partition { |payload| requested(payload) }
+          parking.each do |payload|
+            data = payload["args"].first
+            data.instance_variable_set(PARKED, payload(client, payload, data.instance_variable_get(PARK)))
+          end
+          others
+        end
+
+        private
+
+        def payload(client, payload, lock)
+          LockManager.locker.park(lock.held_key, lock.token, ttl: lock.options.timeout, grace: GRACE,
+                                                             most: lock.options.park_limit, schedule: SCHEDULE,
+                                                             fallback: Unpark.fallback(lock.held_key, payload["queue"]),
+                                                             push: OnePush.commands(client, payload))
+        end
       end
     end
 
