@@ -8,6 +8,7 @@ require "logger"
 require "stringio"
 require_relative "../support/monitor"
 require_relative "../support/sidekiq_process"
+require_relative "../support/sidekiq_client"
 require_relative "../support/active_job_app"
 
 # ActiveJob on the Sidekiq adapter: this process enqueues with perform_later (Rails 6.1's adapter on
@@ -79,16 +80,7 @@ RSpec.describe "ActiveJob on the Sidekiq adapter, end to end" do
     admin.del(*left) unless left.empty?
   end
 
-  # Sidekiq 7's API follows Client.via; 6.4's uses the global pool, pointed at this spec's server meanwhile.
-  def through_api_pool
-    return yield unless Sidekiq::VERSION < "7"
-
-    global = Sidekiq.redis_pool
-    Sidekiq.redis = @pool
-    yield
-  ensure
-    Sidekiq.redis = global if global
-  end
+  include SidekiqApiPool
 
   # The jobs waiting in a Sidekiq queue (read here: Sidekiq 6.4's API would not use this spec's pool).
   def queued(queue)

@@ -20,11 +20,7 @@ if ENV["LOCK_PREFIX"]
   end
 end
 
-# Rescheduled jobs come back within about a second (see spec/support/sidekiq_jobs.rb).
-Sidekiq.configure_server do |config|
-  settings = config.respond_to?(:[]=) ? config : Sidekiq.options
-  settings[:poll_interval_average] = 0.5
-end
+require_relative "fast_poll" # scheduled jobs come back within about a second
 
 # Where the jobs and the push recorder write.
 module BackoffRecord

@@ -4,11 +4,7 @@
 # timeline (demo/timeline.rb), so the spec reads what ran, when, and how many at once.
 require_relative "../../demo/jobs"
 
-# Scheduled jobs and the parked jobs' fallback come back within about a second (see sidekiq_jobs.rb).
-Sidekiq.configure_server do |config|
-  settings = config.respond_to?(:[]=) ? config : Sidekiq.options
-  settings[:poll_interval_average] = 0.5
-end
+require_relative "fast_poll" # scheduled jobs come back within about a second
 
 # Jobs of one account wait for each other in Redis; the lock lives 3 s, renewed while a job runs.
 class ParkedWorker

@@ -11,6 +11,20 @@ module SidekiqConfig
   end
 end
 
+# Sidekiq 7 and 8's API (Queue, the job sets) follows Client.via; 6.4's uses the global pool, pointed at
+# the spec's own pool (@pool) meanwhile.
+module SidekiqApiPool
+  def through_api_pool
+    return yield unless Sidekiq::VERSION < "7"
+
+    global = Sidekiq.redis_pool
+    Sidekiq.redis = @pool
+    yield
+  ensure
+    Sidekiq.redis = global if global
+  end
+end
+
 # A spec that pushes from this process, as a web process does, to a redis-server of its own (@server,
 # started by an earlier before(:all)): every push goes through a pool of its own (Sidekiq 7 and 8 keep
 # the first pool any spec made), and Sidekiq's log, where refused pushes are told, is kept in
@@ -40,15 +54,5 @@ RSpec.shared_context "a Sidekiq client of its own" do
 
   around { |example| Sidekiq::Client.via(@pool) { example.run } }
 
-  # Sidekiq 7 and 8's API (Queue, the job sets) follows Client.via; 6.4's uses the global pool, pointed at
-  # this spec's server meanwhile.
-  def through_api_pool
-    return yield unless Sidekiq::VERSION < "7"
-
-    global = Sidekiq.redis_pool
-    Sidekiq.redis = @pool
-    yield
-  ensure
-    Sidekiq.redis = global if global
-  end
+  include SidekiqApiPool
 end
