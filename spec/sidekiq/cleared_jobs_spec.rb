@@ -99,8 +99,8 @@ RSpec.describe "Jobs cleared or killed through Sidekiq's API" do
   end
 
   it "RetrySet#clear and DeadSet#clear release the locks of their own jobs only" do
-    retried = move_to(Sidekiq::RetrySet.new, ClearableJobs::UntilExecutedJob, "retried")
-    dead = move_to(Sidekiq::DeadSet.new, ClearableJobs::UntilExecutedJob, "dead")
+    retried = move_to(Sidekiq::RetrySet, ClearableJobs::UntilExecutedJob, "retried")
+    dead = move_to(Sidekiq::DeadSet, ClearableJobs::UntilExecutedJob, "dead")
     retried_key = key_of(ClearableJobs::UntilExecutedJob, "retried")
     dead_key = key_of(ClearableJobs::UntilExecutedJob, "dead")
     expect([holder(retried_key), holder(dead_key)]).to eq([retried, dead])
@@ -117,7 +117,7 @@ RSpec.describe "Jobs cleared or killed through Sidekiq's API" do
 
   it "killing a job (Retries' Kill, RetrySet#kill_all) releases its lock; the dead job stays dead" do
     first, second, third = %w[first second third].map do |id|
-      move_to(Sidekiq::RetrySet.new, ClearableJobs::UntilExecutedJob, id)
+      move_to(Sidekiq::RetrySet, ClearableJobs::UntilExecutedJob, id)
     end
     keys = %w[first second third].map { |id| key_of(ClearableJobs::UntilExecutedJob, id) }
     # A lock another jid took for the third job's key meanwhile: killing the third leaves it.

@@ -21,14 +21,15 @@ module ClearableJobHelpers
     klass.set(queue: "parked").perform_async(*args)
   end
 
-  # A pushed job moved into the retry or dead set as Sidekiq's JobRetry writes it, its lock still
-  # held by its jid (a failed :until_executed job keeps it for its retry).
-  def move_to(set, klass, *args)
+  # A pushed job moved into the retry or dead set (its class: Sidekiq 6.4's reads its size when made,
+  # through the API's pool) as Sidekiq's JobRetry writes it, its lock still held by its jid (a failed
+  # :until_executed job keeps it for its retry).
+  def move_to(set_class, klass, *args)
     jid = park(klass, *args)
     job = JSON.parse(admin.rpop("queue:parked"))
     job.merge!("retry_count" => 0, "failed_at" => Time.now.to_f, "error_class" => "RuntimeError",
                "error_message" => "failed")
-    through_api_pool { set.schedule(Time.now.to_f + 3600, job) }
+    through_api_pool { set_class.new.schedule(Time.now.to_f + 3600, job) }
     jid
   end
 end

@@ -404,6 +404,43 @@ RSpec.describe "min_replicas", :topology do
       expect(counts.fetch("refused")).to be > 0 # the limit was reached
     end
 
+    # Parked jobs through the same failover: with min_replicas: 1 a job is parked only once the replica
+    # has it, so the promoted replica's line holds every job that was told it is parked, and no other.
+    it "with min_replicas: 1 keeps every job it said was parked: the promoted replica's line is theirs",
+       timeout: 120 do
+      await_acknowledgements(fresh)
+      locker = replicated_locker(fresh)
+      holder = locker.adopt("account", "jid-holder", timeout: 60)
+      park = lambda do |jid|
+        parking = Thread.new do
+          locker.park("account", jid, ttl: 5, grace: 1, most: nil, schedule: "#{prefix}schedule", fallback: "{}",
+                                      push: [["LPUSH", "#{prefix}queue", jid]])
+        end
+        parking.report_on_exception = false
+        parking.value
+      rescue LockManager::NotReplicated
+        :not_replicated
+      end
+      told = %w[jid-1 jid-2 jid-3].map { |jid| [jid, park.call(jid)] }
+      survivor = fresh.replica
+      cut_replication(survivor)
+      told += %w[jid-4 jid-5].map { |jid| [jid, park.call(jid)] }
+      fresh.kill_primary
+      client_of(survivor).call("CONFIG", "SET", "masterauth", "")
+      expect(fresh.wait_for_failover(timeout: 30)).to eq(survivor)
+
+      parked = told.select { |_, reply| reply.is_a?(Array) }.map(&:first)
+      expect(told.to_h.values_at("jid-4", "jid-5")).to eq(%i[not_replicated not_replicated])
+      expect(parked).to eq(%w[jid-1 jid-2 jid-3])
+      line = eventually(timeout: 15) do # the Locker finds the new primary through the sentinels
+        locker.backend.parked_entries("account", 10)
+      rescue LockManager::ConnectionError
+        nil
+      end
+      expect(line.map { |entry| JSON.parse(entry).first }).to eq(parked)
+      expect(holder.release_parked).to be(true) # the holder's lock lived on the replica too: the line moves
+    end
+
     it "without min_replicas admits again what the replica had not received", timeout: 120 do
       await_acknowledgements(fresh)
       counts = run_through_failover(locker_of(fresh, pool_size: 4)) { sleep 1.5 }

@@ -86,7 +86,7 @@ RSpec.describe "Sidekiq's Web UI releases the locks of the jobs it removes" do
   end
 
   it "Kill of one job on the Retries page releases its lock, and only its" do
-    killed, other = [1, 2].map { |id| move_to(Sidekiq::RetrySet.new, job, id) }
+    killed, other = [1, 2].map { |id| move_to(Sidekiq::RetrySet, job, id) }
 
     @browser.visit(@web.url("/retries"))
     expect(listed_jids).to contain_exactly(killed, other)
@@ -100,7 +100,7 @@ RSpec.describe "Sidekiq's Web UI releases the locks of the jobs it removes" do
   end
 
   it "Kill All on the Retries page releases every killed job's lock" do
-    jids = [1, 2, 3].map { |id| move_to(Sidekiq::RetrySet.new, job, id) }
+    jids = [1, 2, 3].map { |id| move_to(Sidekiq::RetrySet, job, id) }
     admin.set("#{prefix}#{key_of(job, 3)}", "newer-jid") # taken by another jid meanwhile: left alone
 
     @browser.visit(@web.url("/retries"))
