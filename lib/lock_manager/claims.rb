@@ -106,7 +106,7 @@ module LockManager
     def claimed(keys, tokens, ttls, pushes, replacing)
       return native.claim(keys, tokens, ttls) unless pushes
 
-      native.claim_push(keys, tokens, ttls, pushes, replacing || Array.new(keys.size, false))
+      native.claim_push(keys, tokens, ttls, pushes, replacing)
     end
   end
 end

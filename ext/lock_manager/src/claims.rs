@@ -108,7 +108,17 @@ impl LockCore {
             return Ok(Vec::new());
         };
         let (locks, counters) = self.claim_keys(claims);
-        let pending: Vec<Vec<u8>> = claims.iter().map(|c| self.keys().pending(c.key)).collect();
+        let replaces = |at: usize| replacing.get(at).copied().unwrap_or(false);
+        // Where a replacing job's push is remembered: for those jobs alone.
+        let pending: Vec<Vec<u8>> = (0..claims.len())
+            .map(|at| {
+                if replaces(at) {
+                    self.keys().pending(claims[at].key)
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
         // The numbers the script reads, as text that outlives the arguments pointing into it.
         let ttls: Vec<String> = claims.iter().map(|c| c.ttl_ms.to_string()).collect();
         let command_counts: Vec<String> = pushes.iter().map(|p| p.len().to_string()).collect();
@@ -119,7 +129,7 @@ impl LockCore {
         let mut keys: Vec<&[u8]> = Vec::new();
         let mut args: Vec<&[u8]> = vec![b"0"];
         for at in 0..claims.len() {
-            let replaces = replacing.get(at).copied().unwrap_or(false);
+            let replaces = replaces(at);
             keys.push(&locks[at]);
             if replaces {
                 keys.push(&pending[at]);

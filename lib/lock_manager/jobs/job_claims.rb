@@ -14,7 +14,7 @@ module LockManager
       def claim(job_locks, scheduled_at, pushes: nil)
         ttls = pending(job_locks, scheduled_at)
         replies = if pushes
-                    claimed(job_locks, ttls, pushes: pushes, replacing: job_locks.map { |lock| lock.options.replace? })
+                    claimed(job_locks, ttls, pushes, replacing(job_locks))
                   else
                     OnRedisError.claiming(job_locks.first.key, job_locks.size) { claimed(job_locks, ttls) }
                   end
@@ -28,8 +28,14 @@ module LockManager
         job_locks.zip(scheduled_at).map { |lock, at| lock.pending_for(at, now) }
       end
 
-      def claimed(job_locks, ttls, **pushing)
-        LockManager.locker.claim(job_locks.map(&:key), job_locks.map(&:token), ttls, **pushing)
+      # Which jobs may replace a pending one; nil when none may (no Array made for a push of others).
+      def replacing(job_locks)
+        job_locks.map { |lock| lock.options.replace? } if job_locks.any? { |lock| lock.options.replace? }
+      end
+
+      def claimed(job_locks, ttls, pushes = nil, replacing = nil)
+        LockManager.locker.claim(job_locks.map(&:key), job_locks.map(&:token), ttls, pushes: pushes,
+                                                                                     replacing: replacing)
       end
     end
   end

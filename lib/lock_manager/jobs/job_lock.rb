@@ -13,13 +13,14 @@ module LockManager
   # held by the job's id, so any process can take it over, keep it for a retry, or release it.
   class JobLock
     include Parkable
-    prepend UntilExpired::Expiring
     extend Claiming
 
     # Where the run lock of :until_and_while_executing lives, after the job's key.
     RUN_SUFFIX = ":run"
 
     attr_reader :options, :key, :token, :holder
+    # :until_expired: when the lock expires (epoch seconds), once UntilExpired.claiming set it.
+    attr_accessor :expires_at
     # The key found held when #run returned false: `key`, or the run lock "key:run".
     attr_reader :held_key
 
@@ -39,6 +40,8 @@ module LockManager
     # Seconds the lock of a job scheduled `at` (epoch seconds, or nil: now) lives while it waits (for
     # :until_expired, until the expiry its first push set: UntilExpired).
     def pending_for(at, now = Time.now.to_f)
+      return expires_at - now if expires_at
+
       options.unique_for + [at.to_f - now, 0].max
     end
 

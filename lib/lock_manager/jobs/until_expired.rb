@@ -13,8 +13,10 @@ module LockManager
     # an expiry that has passed. Any other mode's lock is returned as it is.
     # @param carried [Float, nil] the expiry the job carries, if any
     # @param at [Numeric, Time, nil] the job's scheduled time
-    def self.claiming(lock, carried, at, now = Time.now.to_f)
+    def self.claiming(lock, carried, at, now = nil)
       return lock unless lock.options.until_expired?
+
+      now ||= Time.now.to_f
       return if carried && carried.to_f <= now
 
       lock.expires_at = carried&.to_f || (now + lock.pending_for(at, now))
@@ -24,20 +26,12 @@ module LockManager
     # .claiming for a Sidekiq payload, which then carries the expiry (a wrapped ActiveJob's serialized
     # data carries its own: Sidekiq's retry of it comes through here).
     def self.payload_lock(lock, payload)
+      return lock unless lock.options.until_expired?
+
       carried = payload[EXPIRES] || (payload["wrapped"] && payload.dig("args", 0, EXPIRES))
       lock = claiming(lock, carried, payload["at"]) or return
       payload[EXPIRES] = lock.expires_at if lock.expires_at
       lock
-    end
-
-    # Prepended to JobLock: a lock with an expiry lives until then.
-    module Expiring
-      # When the lock expires (epoch seconds), once .claiming set it.
-      attr_accessor :expires_at
-
-      def pending_for(at, now = Time.now.to_f)
-        expires_at ? expires_at - now : super
-      end
     end
   end
 end

@@ -55,8 +55,9 @@ fn claim_push(
     tokens: Vec<String>,
     ttls_ms: Vec<u64>,
     pushes: RArray,
-    replacing: Vec<bool>,
+    replacing: Option<Vec<bool>>,
 ) -> Result<RArray, Error> {
+    let replacing = replacing.unwrap_or_default();
     let pushes = pushes
         .into_iter()
         .map(|push| {

@@ -9,7 +9,7 @@ module LockManager
       include ::Sidekiq::ClientMiddleware if defined?(::Sidekiq::ClientMiddleware)
 
       def call(worker_class, job, _queue, redis_pool, &block)
-        parking = Parking.requested(job) # an ActiveJob that parks: its push is its park
+        parking = job["wrapped"] && Parking.requested(job) # an ActiveJob that parks: its push is its park
         return OnePush.deferring(parking, &block) if parking
 
         lock, holder = BulkPush.take(job) # claimed already, with the rest of its push_bulk

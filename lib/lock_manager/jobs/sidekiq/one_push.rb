@@ -87,6 +87,8 @@ module LockManager
 
         # The jobs that replaced a pending one ([fencing token, its jid]): logged.
         def replaced(deferred, replies)
+          return unless replies.any?(Array)
+
           replies.each_with_index do |reply, index|
             job = deferred[index]
             Jobs.replaced(job.instance_variable_get(DEFERRED), job, reply.last) if reply.is_a?(Array)

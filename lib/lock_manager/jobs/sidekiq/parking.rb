@@ -45,6 +45,8 @@ module LockManager
         # (their lock is the OnePush mark), telling each what it did on its serialized data.
         # @return [Array<Hash>] the others
         def write(client, deferred)
+          return deferred unless deferred.any? { |payload| requested(payload) } # no Array made for a claim
+
           parking, others = deferred.partition { |payload| requested(payload) }
           parking.each do |payload|
             data = payload["args"].first
