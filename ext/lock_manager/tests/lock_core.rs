@@ -677,6 +677,7 @@ fn claim_push_all(
             token.as_bytes(),
             b"60000",
             b"2",
+            b"0", // does not replace a pending job
             b"SADD",
             b"1",
             b"q",
