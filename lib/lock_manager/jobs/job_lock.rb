@@ -13,7 +13,7 @@ module LockManager
   # held by the job's id, so any process can take it over, keep it for a retry, or release it.
   class JobLock
     include Parkable
-    extend Claiming
+    extend JobClaims
 
     # Where the run lock of :until_and_while_executing lives, after the job's key.
     RUN_SUFFIX = ":run"
