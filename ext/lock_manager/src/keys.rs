@@ -176,17 +176,21 @@ impl KeySpace {
 
     /// The jobs parked on the lock `key` (see `parking.rs`), in the lock's slot.
     pub fn parked(&self, key: &[u8]) -> Vec<u8> {
-        let lock = self.lock(key);
-        let tag = slot_tag(hash_slot(&lock));
-        [INTERNAL_PREFIX, &tag, b":parked:", &lock].concat()
+        self.beside_lock(b":parked:", key)
     }
 
     /// Where the push of the job that holds the lock `key` is remembered, for a job that may replace
     /// it (`lua/claim_push.lua`), in the lock's slot.
     pub fn pending(&self, key: &[u8]) -> Vec<u8> {
+        self.beside_lock(b":pending:", key)
+    }
+
+    /// One internal key of the lock `key`, named by `kind`, in the lock's slot (as `lock_keys`
+    /// names its queue and waiters).
+    fn beside_lock(&self, kind: &[u8], key: &[u8]) -> Vec<u8> {
         let lock = self.lock(key);
         let tag = slot_tag(hash_slot(&lock));
-        [INTERNAL_PREFIX, &tag, b":pending:", &lock].concat()
+        [INTERNAL_PREFIX, &tag, kind, &lock].concat()
     }
 
     /// The key of the limiter `name` of kind `kind` (`limits.rs`): internal, so that no lock key

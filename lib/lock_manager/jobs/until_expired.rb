@@ -30,7 +30,7 @@ module LockManager
 
       carried = payload[EXPIRES] || (payload["wrapped"] && payload.dig("args", 0, EXPIRES))
       lock = claiming(lock, carried, payload["at"]) or return
-      payload[EXPIRES] = lock.expires_at if lock.expires_at
+      payload[EXPIRES] = lock.expires_at
       lock
     end
   end

@@ -31,8 +31,8 @@ module LockManager
 
       def lock_manager_parks_here?
         sidekiq = self.class.queue_adapter.class.name.to_s.end_with?("SidekiqAdapter")
-        sidekiq && defined?(LockManager::Sidekiq::Parking) &&
-          LockManager::Sidekiq::Parking.possible?(::Sidekiq::Client.new.redis_pool)
+        sidekiq && defined?(LockManager::Sidekiq::OnePush) &&
+          LockManager::Sidekiq::OnePush.possible?(::Sidekiq::Client.new.redis_pool)
       end
     end
   end

@@ -25,14 +25,9 @@ module LockManager
         # @return [Array(Symbol, Integer), nil] Claims#park's reply, or nil where the job cannot park
         def park(job, lock)
           client = ::Sidekiq::Client.new
-          return unless possible?(client.redis_pool)
+          return unless OnePush.possible?(client.redis_pool) # Sidekiq's Redis is the locks'
 
           payload(client, job.except("at"), lock)
-        end
-
-        # Whether a job pushed through `redis_pool` can park: Sidekiq's Redis is the locks'.
-        def possible?(redis_pool)
-          OnePush.possible?(redis_pool)
         end
 
         # The lock a wrapped ActiveJob's push asks to park on (ActiveJob::Parking), or nil.
