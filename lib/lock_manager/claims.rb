@@ -26,13 +26,15 @@ module LockManager
     end
 
     # Takes over the lock `token` claimed on `key` (or takes it, when free) for this thread: it
-    # lives `timeout` seconds and is renewed until released or kept (Lock#keep).
-    # @return [Lock, String, nil] the lock, or the token of whoever holds it instead
-    def adopt(key, token, timeout: Locker::DEFAULT_TIMEOUT, max_hold: nil)
+    # lives `timeout` seconds and is renewed until released or kept (Lock#keep). With `limit` > 1,
+    # a permit of the semaphore `key`: the one a release handed to `token` (#park), or a free one.
+    # @return [Lock, String, nil] the lock, or the token of whoever holds it instead (nil: a
+    #   semaphore's permits are all taken)
+    def adopt(key, token, timeout: Locker::DEFAULT_TIMEOUT, max_hold: nil, limit: 1)
       key = Arguments.key(key).dup.freeze
       started = Instrumentation.started
       lock = native.adopt(key, Arguments.string(token, :token), Arguments.milliseconds(timeout, :timeout),
-                          renewal(true, max_hold))
+                          Arguments.positive_integer(limit, :limit), renewal(true, max_hold))
       Instrumentation.claimed(key, started, :adopt, lock) if started
       LeaseEvents.watch
       lock.is_a?(String) || lock.nil? ? lock : Lock.new(key, lock)
@@ -66,18 +68,21 @@ module LockManager
                             tokens.map { |token| Arguments.string(token, :token) })
     end
 
-    # Parks a job on `key` (held by another): it waits in Redis for the release, which hands the
-    # lock to it (for `ttl` seconds, until it takes it over by `token` with #adopt) and runs its
-    # `push` (Sidekiq's commands for it, each [name, key, *args]). When no release comes, the
-    # `fallback` member of Sidekiq's `schedule` is due `grace` seconds after the lock would expire.
-    # For a Redis that is also the jobs' (#server_identity). The job integrations' on_conflict: :park.
+    # Parks a job on `key` (held by another; with `limit` > 1, a semaphore whose permits are all
+    # taken): it waits in Redis for a release, which hands the lock (a permit) to it (for `ttl`
+    # seconds, until it takes it over by `token` with #adopt) and runs its `push` (Sidekiq's
+    # commands for it, each [name, key, *args]). When no release comes, the `fallback` member of
+    # Sidekiq's `schedule` is due `grace` seconds after the lock would have room. For a Redis that
+    # is also the jobs' (#server_identity). The job integrations' on_conflict: :park (and a
+    # concurrency rule's on_limit: :park).
     # @param most [Integer, nil] how many jobs may be parked on the key at most
     # @return [Array(Symbol, Integer)] [:parked, place in line], [:full, how many are parked], or
-    #   [:handed, 0]: the lock was free and went to the first parked job at once
+    #   [:handed, 0]: the lock had room and went to the first parked job at once
     # @api private
-    def park(key, token, ttl:, grace:, most:, schedule:, fallback:, push:)
+    def park(key, token, ttl:, grace:, most:, schedule:, fallback:, push:, limit: 1)
       native.park(Arguments.key(key), parked_token(token), Arguments.milliseconds(ttl, :ttl),
-                  Arguments.milliseconds(grace, :grace), most || 0, schedule, fallback, push)
+                  Arguments.milliseconds(grace, :grace), most || 0, Arguments.positive_integer(limit, :limit),
+                  schedule, fallback, push)
     end
 
     # The fallback of `key`'s parked jobs (#park): a free lock goes to the first of them.

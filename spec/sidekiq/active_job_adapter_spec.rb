@@ -73,7 +73,7 @@ RSpec.describe "ActiveJob on the Sidekiq adapter, end to end" do
   # Whatever an example left waiting ends: its gates open, every job that started has ended, the
   # queue is empty and no lock is left (a lock left behind fails the example).
   def settle
-    %w[story report same options].each { |name| open_gate(name) }
+    %w[story report same options tpark].each { |name| open_gate(name) }
     eventually(timeout: 20, interval: 0.05) { all_ended? && queued("default").empty? && keys.empty? }
   ensure
     left = keys
@@ -279,6 +279,25 @@ RSpec.describe "ActiveJob on the Sidekiq adapter, end to end" do
     expect(most_at_once(AjParkJob)).to eq(1)
     expect(@sidekiq.log.scan(/parked AjParkJob job_id=\S+: lock "aj-park" is held by \S+ \(\d in line\)/).size).to eq(3)
     expect(@sidekiq.log).not_to include("rescheduled AjParkJob")
+    expect(admin.zcard("schedule")).to eq(0) # no reschedule, and the fallback left with the last parked job
+  end
+
+  it "throttle_with on_limit: :park: jobs over a concurrency rule wait in Redis, each pushed by the end of one " \
+     "with a place" do
+    holders = Array.new(2) { AjThrottledParkJob.perform_later("holder", "tpark") }
+    holders.each { |job| wait_for_job(job, "working") }
+    parked = Array.new(3) { |number| AjThrottledParkJob.perform_later("parked #{number}", 0.05) }
+    eventually(timeout: 20) { LockManager.locker.parked_count("aj-throttle-park") == 3 }
+    open_gate("tpark")
+    parked.each { |job| wait_for_job(job, "done") }
+
+    expect(events(AjThrottledParkJob, "working").map do |e|
+             e["jid"]
+           end.sort).to eq([*holders, *parked].map(&:job_id).sort)
+    expect(most_at_once(AjThrottledParkJob)).to eq(2)
+    parked_line = /parked AjThrottledParkJob job_id=\S+: limiter "aj-throttle-park" has no free place \(\d in line\)/
+    expect(@sidekiq.log.scan(parked_line).size).to eq(3)
+    expect(@sidekiq.log).not_to include("throttled AjThrottledParkJob")
     expect(admin.zcard("schedule")).to eq(0) # no reschedule, and the fallback left with the last parked job
   end
 

@@ -140,6 +140,13 @@ class AjParkJob < ApplicationJob
   lock_with :nonblocking, key: "aj-park", on_conflict: :park, timeout: 5
 end
 
+# throttle_with on_limit: :park through its callbacks: a job over the concurrency rule parks through the
+# adapter's own push, and the end of a job pushes the next with its place.
+class AjThrottledParkJob < ApplicationJob
+  include LockManager::Worker
+  throttle_with concurrency: 2, key: "aj-throttle-park", on_limit: :park, timeout: 5
+end
+
 # Sidekiq's ActiveJob integration only: the Sidekiq middleware locks these, keyed on their own class.
 class AjOptionsJob < ApplicationJob
   sidekiq_options lock_manager: { "mode" => "nonblocking" }

@@ -38,3 +38,14 @@ class UniqueParkWorker
     work(1, "unique done", [number])
   end
 end
+
+# At most two at once; the others wait in Redis for a place, which each job's end hands on.
+class ThrottledParkWorker
+  include LockManager::Worker
+  include RecordedWork
+  throttle_with concurrency: 2, key: "park-tenant", on_limit: :park, timeout: 3
+
+  def perform(number, seconds)
+    work(seconds, "throttled done", [number, seconds])
+  end
+end

@@ -26,10 +26,11 @@ module Parking
     [["SADD", "queues", parked_queue], ["LPUSH", "queue:#{parked_queue}", JSON.generate(payload)]]
   end
 
-  # Parks the job `jid` on `key` (another token holds it) for a lock of 30 s once handed over.
+  # Parks the job `jid` on `key` (another token holds it; every permit of a semaphore with `limit` > 1)
+  # for a lock of 30 s once handed over.
   # @return [Array(Symbol, Integer)] Locker#park's reply
-  def park_job(key, jid, payload: sidekiq_job(jid), push: sidekiq_push(payload), with: elsewhere)
-    with.park(key, jid, ttl: 30, grace: 1, most: nil, schedule: parked_schedule,
+  def park_job(key, jid, payload: sidekiq_job(jid), push: sidekiq_push(payload), with: elsewhere, limit: 1)
+    with.park(key, jid, ttl: 30, grace: 1, most: nil, limit: limit, schedule: parked_schedule,
                         fallback: JSON.generate("class" => "Unpark", "args" => [key]), push: push)
   end
 

@@ -139,7 +139,7 @@ impl Lock {
             .release(&self.key, &self.token, self.request.limit, interrupt)
     }
 
-    /// `release`, handing a lock no waiter is queued for to the first job parked on it
+    /// `release`, handing a lock (a permit) no waiter is queued for to the first job parked on it
     /// (`parking.rs`): a parked job's own lock.
     pub fn release_parked(&self, interrupt: &Interrupt) -> Result<bool, LockError> {
         if !self.is_here() {
@@ -147,7 +147,8 @@ impl Lock {
         }
         self.stop_renewal();
         self.forget_holder();
-        self.core.release_parked(&self.key, &self.token, interrupt)
+        self.core
+            .release_parked(&self.key, &self.token, self.request.limit, interrupt)
     }
 
     /// Stops the lease and leaves the lock in Redis for `ttl_ms` more, for another process to

@@ -1,6 +1,6 @@
-//! Parked jobs: a job that finds its lock held waits in Redis, in a line beside the lock, and the
-//! lock's release hands the lock to the first of them and pushes it to its queue, in the release's
-//! own round trip (`lua/shared/park.lua`). A fallback in Sidekiq's schedule moves the line when no
+//! Parked jobs: a job that finds its lock held (every permit of a `limit: N` semaphore taken)
+//! waits in Redis, in a line beside the lock, and a release hands the lock (a permit) to the first
+//! of them and pushes it to its queue, in the release's own round trip (`lua/shared/park.lua`). A fallback in Sidekiq's schedule moves the line when no
 //! release comes. For a Redis that is also the jobs' (never a Cluster: a push's keys lie in other
 //! slots), as the claim in the push is.
 
@@ -9,7 +9,7 @@ use redis::{FromRedisValue, Value};
 use crate::error::{LockError, Written};
 use crate::gvl::Interrupt;
 use crate::lock_core::LockCore;
-use crate::scripts::{PARK, RELEASE_PARKED, UNPARK};
+use crate::scripts::{PARK, RELEASE_PARKED, RELEASE_SHARED_PARKED, UNPARK};
 use crate::wait::HEARTBEAT_MS;
 
 /// A job to park on a lock.
@@ -24,6 +24,8 @@ pub struct ParkRequest<'a> {
     pub grace_ms: u64,
     /// How many jobs may be parked on the lock at most (0: no limit).
     pub most: u32,
+    /// The lock's limit: 1 for a plain lock, N for a semaphore the job waits for a permit of.
+    pub limit: u32,
     /// Sidekiq's schedule, and the fallback's member there.
     pub schedule: &'a [u8],
     pub fallback: &'a [u8],
@@ -50,12 +52,13 @@ impl LockCore {
         let lock = self.redis_key(job.key);
         let parked = self.keys().parked(job.key);
         let numbers = [job.ttl_ms, job.grace_ms, u64::from(job.most)].map(|n| n.to_string());
+        let limit = job.limit.to_string();
         let counts: Vec<String> = job.push.iter().map(|c| (c.len() - 2).to_string()).collect();
         let commands = job.push.len().to_string();
         let mut keys: Vec<&[u8]> = vec![&lock, &parked, job.schedule];
         let mut args: Vec<&[u8]> = vec![b"0", job.token.as_bytes()];
         args.extend(numbers.iter().map(String::as_bytes));
-        args.extend([job.fallback, commands.as_bytes()]);
+        args.extend([job.fallback, limit.as_bytes(), commands.as_bytes()]);
         for (command, count) in job.push.iter().zip(&counts) {
             keys.push(&command[1]);
             args.extend([command[0].as_slice(), count.as_bytes()]);
@@ -99,37 +102,42 @@ impl LockCore {
         Ok(outcome)
     }
 
-    /// Releases the lock if `token` holds it, as `release` does, but hands a lock no waiter is
-    /// queued for to the first job parked on it, pushing that job to its queue.
+    /// Releases the lock (the permit, for `limit` > 1) if `token` holds it, as `release` does, but
+    /// hands what no waiter is queued for to the first job parked on it, pushing that job to its
+    /// queue.
     pub fn release_parked(
         &self,
         key: &[u8],
         token: &str,
+        limit: u32,
         interrupt: &Interrupt,
     ) -> Result<bool, LockError> {
         let keys = self.keys().lock_keys(key);
         let parked = self.keys().parked(key);
         let all = keys.all();
         let script_keys: [&[u8]; 5] = [all[0], all[1], all[2], all[3], &parked];
-        let args: [&[u8]; 2] = [token.as_bytes(), HEARTBEAT_MS.as_bytes()];
+        let limit = limit.to_string();
+        let args: [&[u8]; 3] = [token.as_bytes(), HEARTBEAT_MS.as_bytes(), limit.as_bytes()];
+        let (script, args) = if limit == "1" {
+            (&*RELEASE_PARKED, &args[..2])
+        } else {
+            (&*RELEASE_SHARED_PARKED, &args[..])
+        };
         self.pool()
-            .round_trip(
-                &keys.lock,
-                interrupt,
-                None,
-                |conn, _| match RELEASE_PARKED.run::<Value>(conn, &script_keys, &args)? {
+            .round_trip(&keys.lock, interrupt, None, |conn, _| {
+                match script.run::<Value>(conn, &script_keys, args)? {
                     Value::Int(released) => Ok(released == 1),
                     handed => {
                         let message = Vec::<u8>::from_redis_value(handed)?;
                         self.handed_over_here(&keys.lock, &message);
                         Ok(true)
                     }
-                },
-            )
+                }
+            })
     }
 
-    /// The fallback of `key`'s parked jobs: a free lock goes to the first of them. Returns the
-    /// token it went to, if any.
+    /// The fallback of `key`'s parked jobs: a lock with room goes to the first of them. Returns
+    /// the token it went to, if any.
     pub fn unpark(&self, key: &[u8], interrupt: &Interrupt) -> Result<Option<Vec<u8>>, LockError> {
         self.one_redis("unparking a job")?;
         let lock = self.redis_key(key);
@@ -249,7 +257,7 @@ mod tests {
 
     #[test]
     fn an_entry_is_a_job_s_by_its_first_element() {
-        let entry = br#"["jid-1",3000,1000,"schedule","{}",[["LPUSH","queue:a","{}"]]]"#;
+        let entry = br#"["jid-1",3000,1000,"schedule","{}",[["LPUSH","queue:a","{}"]],1]"#;
         assert!(entry_of(entry, "jid-1"));
         assert!(!entry_of(entry, "jid-"));
         assert!(!entry_of(entry, "jid-12"));

@@ -176,8 +176,6 @@ const QUEUE: &str = concat!(
     include_str!("lua/shared/publish.lua"),
     include_str!("lua/shared/queue.lua"),
 );
-/// The publication helper alone, for a script that hands nothing on.
-const PUBLISH: &str = include_str!("lua/shared/publish.lua");
 /// The semaphore helpers, after the queue's.
 const SEMAPHORE: &str = include_str!("lua/shared/semaphore.lua");
 
@@ -186,7 +184,8 @@ const CLOCK: &str = concat!(
     include_str!("lua/shared/int.lua"),
     include_str!("lua/shared/time.lua"),
 );
-/// The parked jobs' helpers, after the clock's.
+/// The parked jobs' helpers, after the queue's and the semaphore's (a parked job may wait for a
+/// semaphore's permit).
 const PARKING: &str = include_str!("lua/shared/park.lua");
 
 /// What the uncontended acquire found.
@@ -281,21 +280,30 @@ script!(LEAVE_SHARED, [QUEUE, SEMAPHORE], "leave_shared.lua");
 script!(REFRESH_SHARED, [QUEUE, SEMAPHORE], "refresh_shared.lua");
 script!(
     FORCE_RELEASE,
-    [PUBLISH, CLOCK, PARKING],
+    [QUEUE, SEMAPHORE, PARKING],
     "force_release.lua"
 );
 script!(LIMIT_GCRA, [CLOCK], "limit_gcra.lua");
 script!(LIMIT_WINDOW, [CLOCK], "limit_window.lua");
 script!(LIMIT_SLIDING, [CLOCK], "limit_sliding.lua");
-script!(PARK, [CLOCK, PARKING], "park.lua");
-script!(RELEASE_PARKED, [QUEUE, PARKING], "release_parked.lua");
-script!(UNPARK, [CLOCK, PARKING], "unpark.lua");
+script!(PARK, [QUEUE, SEMAPHORE, PARKING], "park.lua");
+script!(
+    RELEASE_PARKED,
+    [QUEUE, SEMAPHORE, PARKING],
+    "release_parked.lua"
+);
+script!(
+    RELEASE_SHARED_PARKED,
+    [QUEUE, SEMAPHORE, PARKING],
+    "release_shared_parked.lua"
+);
+script!(UNPARK, [QUEUE, SEMAPHORE, PARKING], "unpark.lua");
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn all() -> [&'static LuaScript; 20] {
+    fn all() -> [&'static LuaScript; 21] {
         [
             &ACQUIRE,
             &CLAIM,
@@ -316,6 +324,7 @@ mod tests {
             &LIMIT_SLIDING,
             &PARK,
             &RELEASE_PARKED,
+            &RELEASE_SHARED_PARKED,
             &UNPARK,
         ]
     }

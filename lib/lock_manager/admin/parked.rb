@@ -32,11 +32,12 @@ module LockManager
     private
 
     # An entry of the line (a JSON array, ext/lock_manager/src/lua/shared/park.lua): the job's token
-    # (its jid) first, its push (Sidekiq's commands) last, the job's payload the LPUSH's argument.
+    # (its jid) first, its push (Sidekiq's commands) sixth, the job's payload the LPUSH's argument.
     # Bytes that are not UTF-8 (Redis keeps what it is given) read as U+FFFD.
     def parked_job(entry, place)
-      jid, *, push = JSON.parse(entry.dup.force_encoding(Encoding::UTF_8).scrub)
-      payload = job_payload(push)
+      entry = JSON.parse(entry.dup.force_encoding(Encoding::UTF_8).scrub)
+      jid = entry[0]
+      payload = job_payload(entry[5])
       ParkedJob.new(place: place, jid: jid, job_class: payload["wrapped"] || payload["class"],
                     args: job_args(payload), queue: payload["queue"], enqueued_at: enqueued_at(payload["enqueued_at"]))
     end

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "throttle_refusal"
+
 module LockManager
   # One `throttle_with` rule of a job class, checked at class load, and what a job's rules decide
   # when it starts, under Sidekiq and ActiveJob alike:
@@ -7,6 +9,7 @@ module LockManager
   #   throttle_with rate: 100, per: 1, key: "partner-api"                    # shared by every job
   #   throttle_with window: 10, per: 3600, key: ->(account_id, *) { "exports:#{account_id}" }
   #   throttle_with concurrency: 5, key: ->(account_id, *) { "tenant:#{account_id}" }
+  #   throttle_with concurrency: 2, key: "imports", on_limit: :park   # waits in Redis for a place
   #
   # A job starts only when all its rules admit it; one that refuses gives back what the ones
   # before it took, and the job runs again at the refusal's retry_after (see JobThrottle.run).
@@ -14,34 +17,32 @@ module LockManager
   # back one after the other, each admitted once, rather than all at once to be refused again.
   # The promises travel with the job: { "<kind>:<limiter name>" => promise }.
   class JobThrottle
-    ON_LIMIT = %i[reschedule raise].freeze
-    # A refusal: the rule, its limiter, seconds until it would admit the job (nil for a
-    # concurrency rule, which frees a place when a job leaves: `reschedule_in`), the promises the
-    # job holds now, and whether this rule's retry_after is one of them.
-    Refusal = Struct.new(:throttle, :limiter, :retry_after, :promises, :promised) do
-      # What on_limit: :raise raises: the limiter's name, its rule and retry_after.
-      def error
-        OverLimit.new(limiter.name, retry_after, limiter.rule)
-      end
-    end
-
-    attr_reader :on_limit, :reschedule_in
+    ON_LIMIT = %i[reschedule raise park].freeze
+    attr_reader :on_limit, :reschedule_in, :park_limit
 
     # @param key [String, Proc, nil] the limiter's name, or a Proc of the job's arguments that
     #   makes it (nil: the job's class name)
     # @param concurrency [Integer] or at most this many at once (then `timeout:` bounds how long a
-    #   dead worker keeps its place, `reschedule_in:` when a refused job comes back)
+    #   dead worker keeps its place, `reschedule_in:` when a refused job comes back; on_limit: :park
+    #   parks a refused job until a place is free, `park_limit:` of them at most per limiter)
     # @param rule the limiter's rule otherwise: rate:/window:/sliding_window:, per:, burst:
     # @raise [ArgumentError] naming the bad option
-    def initialize(key: nil, on_limit: :reschedule, concurrency: nil, timeout: 60, reschedule_in: 5, **rule)
+    def initialize(key: nil, on_limit: :reschedule, concurrency: nil, timeout: 60, reschedule_in: 5, park_limit: nil,
+                   **rule)
       @key = key.is_a?(Proc) || key.nil? ? key : Arguments.key(key, :key).dup.freeze
       unless ON_LIMIT.include?(on_limit)
-        raise ArgumentError, "on_limit must be :reschedule or :raise, got #{on_limit.inspect}"
+        raise ArgumentError, "on_limit must be :reschedule, :raise or :park, got #{on_limit.inspect}"
       end
 
       @on_limit = on_limit
       @reschedule_in = Arguments.seconds(reschedule_in, :reschedule_in)
       concurrency ? check_concurrency(concurrency, timeout, rule) : check_rule(rule)
+      check_parking(park_limit)
+    end
+
+    # Whether a job this rule refuses parks (a concurrency rule with on_limit: :park).
+    def park?
+      on_limit == :park
     end
 
     def concurrency?
@@ -66,31 +67,14 @@ module LockManager
       # @return [Refusal, nil] nil when the rules admitted the job
       def run(throttles, class_name, jid, args, promises = nil, &job)
         limiters, places = throttles.partition { |throttle| !throttle.concurrency? }
+        job_of = { class: class_name, jid: jid }
         promises = promises&.dup || {}
         taken = []
         limiters.each do |throttle|
-          refusal = take(throttle, { class: class_name, jid: jid }, args, promises, taken)
+          refusal = take(throttle, job_of, args, promises, taken)
           return refusal if refusal
         end
-        within(places, class_name, args, taken, promises, &job)
-      end
-
-      # What a refused job does, under Sidekiq and ActiveJob alike; each framework says only how it
-      # logs a line about the job and how it runs the job again later (with Refusal#promises).
-      # on_limit: :raise raises OverLimit; else the job runs again at its retry_after: its own
-      # moment when the rule promised it one, else (or at the rule's reschedule_in) plus up to a
-      # tenth more, so that the jobs one refusal sent away do not all come back at once.
-      # @param id [String] the job's id as the line names it ("jid=…", "job_id=…")
-      # @param log [#call] called with the line
-      # @param reschedule [#call] called with the seconds after which the job runs again
-      def handle(refusal, class_name, id, log:, reschedule:)
-        raise refusal.error if refusal.throttle.on_limit == :raise
-
-        delay = delay(refusal)
-        reschedule.call(delay)
-        log.call("throttled #{class_name} #{id}: limiter #{refusal.limiter.name.inspect} is over its limit; " \
-                 "runs again in #{delay.round(1)}s")
-        nil
+        within(places, job_of, args, taken, promises, &job)
       end
 
       private
@@ -118,24 +102,23 @@ module LockManager
         limit
       end
 
-      def delay(refusal)
-        return refusal.retry_after if refusal.promised
-
-        (refusal.retry_after || refusal.throttle.reschedule_in) * (1 + (rand / 10))
-      end
-
-      # The concurrency rules, one inside the other, around the job.
-      def within(places, class_name, args, taken, promises, &job)
+      # The concurrency rules, one inside the other, around the job (`of`: its class and jid).
+      def within(places, of, args, taken, promises, &job)
         return (job.call ? nil : give_back(taken)) if places.empty?
 
         throttle, *rest = places
-        limiter = throttle.limiter(class_name, args)
-        limiter.within_limit { within(rest, class_name, args, taken, promises, &job) }
+        limiter = throttle.limiter(of[:class], args)
+        place(throttle, limiter, of) { within(rest, of, args, taken, promises, &job) }
       rescue OverLimit => e
         raise unless e.limiter == limiter&.name && e.retry_after.nil?
 
         give_back(taken)
         Refusal.new(throttle, limiter, nil, promises, false)
+      end
+
+      # A place of the rule's: one held by the job's id where a parked job may be handed it.
+      def place(throttle, limiter, job, &block)
+        throttle.park? ? limiter.within_parked(job[:jid], &block) : limiter.within_limit(&block)
       end
 
       def give_back(taken)
@@ -145,6 +128,15 @@ module LockManager
     end
 
     private
+
+    # park_limit: only with on_limit: :park, which only a concurrency rule takes: a rate rule's
+    # refused job comes back at the moment the rule promised it.
+    def check_parking(park_limit)
+      raise ArgumentError, "throttle_with on_limit: :park is for concurrency: rules" if park? && !concurrency?
+      raise ArgumentError, "throttle_with park_limit: is for on_limit: :park" if park_limit && !park?
+
+      @park_limit = park_limit && Arguments.positive_integer(park_limit, "throttle_with park_limit")
+    end
 
     def check_rule(rule)
       @rule = Limiter::Rule.from(**{ per: 1, **rule }).freeze

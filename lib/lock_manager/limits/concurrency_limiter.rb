@@ -28,6 +28,24 @@ module LockManager
       raise full
     end
 
+    # #within_limit in a place held by `token` (a job's id): the one a release handed to it while it
+    # was parked (Claims#park), or a free one. Its release hands the place to the next parked job.
+    # @return the block's value
+    # @raise [OverLimit] when every place is taken
+    # @api private
+    def within_parked(token)
+      lock = locker.adopt(name, token, timeout: @timeout, limit: limit)
+      raise full unless lock.is_a?(Lock)
+
+      begin
+        yield
+      ensure
+        lock.release_parked
+      end
+    rescue AlreadyHeld # limit 1, and this thread is in it
+      raise full
+    end
+
     # The rule as messages and events show it.
     def rule
       "#{limit} at once"

@@ -51,10 +51,16 @@ module LockManager
         end
       end
 
-      # @return [FakeLock, String] the claim taken over (or the free key taken), else the holder's token
-      def adopt(key, token, ttl_ms, renewal)
+      # @return [FakeLock, String, nil] the claim taken over (or the free key taken), else the holder's
+      #   token; with limit > 1, a free permit taken, else nil (no job parks here)
+      def adopt(key, token, ttl_ms, limit, renewal)
+        request = Request.new(ttl_ms, nil, limit, false, renewal)
+        if limit > 1
+          hold = @store.acquire(key, token, request).hold
+          return hold && FakeLock.new(@store, key, token, hold.fencing_token, request)
+        end
+
         @store.registry.check_not_held(key.b, key)
-        request = Request.new(ttl_ms, nil, 1, false, renewal)
         claimed = @store.claim(key, token, request)
         claimed.is_a?(Integer) ? FakeLock.new(@store, key, token, claimed, request) : claimed
       end

@@ -80,7 +80,7 @@ module LockManager
         keys.map { @fencing.next }
       end
 
-      def adopt(_key, token, _ttl_ms, _renewal)
+      def adopt(_key, token, _ttl_ms, _limit, _renewal)
         GrantedLock.new(token, @fencing.next)
       end
 

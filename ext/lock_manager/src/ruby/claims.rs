@@ -7,7 +7,7 @@ use crate::claims::{ClaimRequest, Claimed};
 use crate::error::LockError;
 use crate::gvl::Interrupt;
 use crate::lock::Lock;
-use crate::lock_core::Acquisition;
+use crate::lock_core::{Acquisition, Claim};
 use crate::ruby::call::{blocking, copy_bytes, copy_keys, current_thread, request};
 use crate::ruby::errors;
 use crate::ruby::lock::NativeLock;
@@ -18,7 +18,7 @@ pub fn init(native: RModule) -> Result<(), Error> {
     class.define_method("claim", method!(claim, 3))?;
     class.define_method("claim_push", method!(claim_push, 5))?;
     class.define_method("server_identity", method!(server_identity, 0))?;
-    class.define_method("adopt", method!(adopt, 4))?;
+    class.define_method("adopt", method!(adopt, 5))?;
     class.define_method("holder", method!(holder, 1))?;
     class.define_method("release_claim", method!(release_claim, 2))?;
     class.define_method("release_claims", method!(release_claims, 2))?;
@@ -128,30 +128,45 @@ fn requests<'a>(
 
 /// Takes over the claim `token` holds on `key` (or takes the lock, when free) for this process,
 /// renewed like any lock: the job's lock while it runs. Returns the lock, or the holder's token
-/// when another holds it.
+/// when another holds it. With `limit` > 1, a permit of the semaphore `key`: the one handed to
+/// `token` (a parked job's), or a free one; nil when every permit is taken.
 fn adopt(
     ruby: &Ruby,
     rb_self: &NativeLocker,
     key: RString,
     token: String,
     ttl_ms: u64,
+    limit: u32,
     renewal: Value,
 ) -> Result<Value, Error> {
-    let request = request(ttl_ms, None, 1, false, renewal)?;
+    let request = request(ttl_ms, None, limit, false, renewal)?;
     let key_bytes = copy_bytes(key);
     let core = rb_self.core();
     let to_ruby = |e| errors::for_key(ruby, e, key);
     let thread = current_thread(ruby);
-    core.held()
-        .check_not_held(&key_bytes, thread)
-        .map_err(to_ruby)?;
-    let claims = [ClaimRequest {
-        key: &key_bytes,
-        token: &token,
-        ttl_ms,
-    }];
-    // One claim asked, one answered.
-    let claimed = blocking(ruby, to_ruby, |i| core.claim_all(&claims, i))?.remove(0);
+    let claimed = if request.is_shared() {
+        // A semaphore's permit: renewed when `token` holds it, else taken when one is free.
+        let claim = Claim {
+            key: &key_bytes,
+            token: &token,
+            request,
+        };
+        match blocking(ruby, to_ruby, |i| core.try_acquire(&claim, i))? {
+            Some(fencing_token) => Claimed::Taken(fencing_token),
+            None => return Ok(ruby.qnil().as_value()),
+        }
+    } else {
+        core.held()
+            .check_not_held(&key_bytes, thread)
+            .map_err(to_ruby)?;
+        let claims = [ClaimRequest {
+            key: &key_bytes,
+            token: &token,
+            ttl_ms,
+        }];
+        // One claim asked, one answered.
+        blocking(ruby, to_ruby, |i| core.claim_all(&claims, i))?.remove(0)
+    };
     match claimed {
         Claimed::Taken(fencing_token) => {
             let acquired = Acquisition::for_claimed_ttl(fencing_token);

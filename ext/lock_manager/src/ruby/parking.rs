@@ -10,7 +10,7 @@ use crate::ruby::locker::NativeLocker;
 
 pub fn init(native: RModule) -> Result<(), Error> {
     let locker: RClass = native.const_get("Locker")?;
-    locker.define_method("park", method!(park, 8))?;
+    locker.define_method("park", method!(park, 9))?;
     locker.define_method("unpark", method!(unpark, 1))?;
     locker.define_method("parked_count", method!(parked_count, 1))?;
     locker.define_method("parked_entries", method!(parked_entries, 2))?;
@@ -20,9 +20,9 @@ pub fn init(native: RModule) -> Result<(), Error> {
     Ok(())
 }
 
-/// Parks the job `token` on `key`: its lock handed over for `ttl_ms`, its fallback (`fallback`, a
-/// member of Sidekiq's `schedule`) `grace_ms` past the lock's expiry, at most `most` parked (0:
-/// no limit), `push` its commands `[name, key, args...]`. Returns `[:parked, place]`,
+/// Parks the job `token` on `key` (a semaphore when `limit` > 1): its lock handed over for
+/// `ttl_ms`, its fallback (`fallback`, a member of Sidekiq's `schedule`) `grace_ms` past the
+/// lock's expiry, at most `most` parked (0: no limit), `push` its commands `[name, key, args...]`. Returns `[:parked, place]`,
 /// `[:full, parked]` or `[:handed, 0]`.
 #[allow(clippy::too_many_arguments)]
 fn park(
@@ -33,6 +33,7 @@ fn park(
     ttl_ms: u64,
     grace_ms: u64,
     most: u32,
+    limit: u32,
     schedule: RString,
     fallback: RString,
     push: RArray,
@@ -53,6 +54,7 @@ fn park(
         ttl_ms,
         grace_ms,
         most,
+        limit,
         schedule: &schedule,
         fallback: &fallback,
         push: &push,

@@ -17,12 +17,13 @@ module LockManager
 
       private
 
+      # Parks the job at `spot` (a Parkable::Spot).
       # @return [Array(Symbol, Integer), nil] Claims#park's reply, or nil where the job cannot park:
       #   another adapter than Sidekiq's, or Sidekiq's Redis not the locks'
-      def lock_manager_park(lock)
+      def lock_manager_park(spot)
         return unless lock_manager_parks_here?
 
-        @lock_manager_parking = lock
+        @lock_manager_parking = spot
         enqueue
         @lock_manager_parked_data&.instance_variable_get(LockManager::Sidekiq::Parking::PARKED)
       ensure

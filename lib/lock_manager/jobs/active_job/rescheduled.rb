@@ -27,13 +27,16 @@ module LockManager
       end
 
       def lock_manager_conflict(lock)
-        by = lock.holder ? " by #{lock.holder}" : ""
         JobConflict.handle(lock, self.class.name, job_id,
                            reschedules: @lock_manager_reschedules.to_i,
                            reschedule_in: self.class.lock_manager_reschedule_in,
-                           log: ->(what, key, more) { lock_manager_log(what, key, "#{by}#{more}") },
+                           log: ->(what, key, more) { lock_manager_log(what, key, "#{lock_manager_by(lock)}#{more}") },
                            reschedule: ->(seconds, count) { lock_manager_reschedule(lock, seconds, count) },
-                           park: -> { lock_manager_park(lock) })
+                           park: -> { lock_manager_park(lock.parking_spot) })
+      end
+
+      def lock_manager_by(lock)
+        lock.holder ? " by #{lock.holder}" : ""
       end
 
       # LockNotAcquired on an adapter that cannot schedule a job (:inline).

@@ -20,13 +20,15 @@ module LockManager
       private
 
       # Enqueued again (same job_id, so a unique job's lock goes with it) for when the rule would
-      # admit it; OverLimit for the app's retry_on with on_limit: :raise, and on an adapter that
-      # cannot schedule a job (:inline).
+      # admit it, or parked until a place is free (on_limit: :park, on Sidekiq's adapter);
+      # OverLimit for the app's retry_on with on_limit: :raise, and on an adapter that cannot
+      # schedule a job (:inline).
       def lock_manager_throttled(refusal)
         @lock_manager_promises = refusal.promises
-        JobThrottle.handle(refusal, self.class.name, "job_id=#{job_id}",
-                           log: ->(line) { logger&.info("lock_manager: #{line}") },
-                           reschedule: ->(delay) { retry_job(wait: delay) })
+        refusal.handle(self.class.name, "job_id=#{job_id}",
+                       log: ->(line) { logger&.info("lock_manager: #{line}") },
+                       reschedule: ->(delay) { retry_job(wait: delay) },
+                       park: -> { lock_manager_park(refusal.spot(job_id)) })
       rescue NotImplementedError # the adapter's enqueue_at
         raise refusal.error
       end

@@ -16,21 +16,21 @@ module LockManager
       SCHEDULE = "schedule"
 
       # The instance variables of a wrapped ActiveJob's serialized data (its first argument) pushed to
-      # park (ActiveJob::Parking): the JobLock it parks on, and what parking it did.
+      # park (ActiveJob::Parking): where it parks (a Parkable::Spot), and what parking it did.
       PARK = :@lock_manager_park
       PARKED = :@lock_manager_parked
 
       class << self
-        # Parks the job the server middleware runs (a Sidekiq job Hash) on `lock`.
+        # Parks the job the server middleware runs (a Sidekiq job Hash) at `spot` (a Parkable::Spot).
         # @return [Array(Symbol, Integer), nil] Claims#park's reply, or nil where the job cannot park
-        def park(job, lock)
+        def park(job, spot)
           client = ::Sidekiq::Client.new
           return unless OnePush.possible?(client.redis_pool) # Sidekiq's Redis is the locks'
 
-          payload(client, job.except("at"), lock)
+          payload(client, job.except("at"), spot)
         end
 
-        # The lock a wrapped ActiveJob's push asks to park on (ActiveJob::Parking), or nil.
+        # Where a wrapped ActiveJob's push asks to park (ActiveJob::Parking), or nil.
         def requested(job)
           data = Array(job["args"]).first if job["wrapped"]
           data.instance_variable_get(PARK) if data.is_a?(Hash)
@@ -52,18 +52,18 @@ module LockManager
 
         private
 
-        def payload(client, payload, lock)
-          LockManager.locker.park(lock.held_key, lock.token, ttl: lock.options.timeout, grace: GRACE,
-                                                             most: lock.options.park_limit, schedule: SCHEDULE,
-                                                             fallback: Unpark.fallback(lock.held_key, payload["queue"]),
-                                                             push: OnePush.commands(client, payload))
+        def payload(client, payload, spot)
+          fallback = Unpark.fallback(spot.key, payload["queue"])
+          LockManager.locker.park(spot.key, spot.token, ttl: spot.ttl, grace: GRACE, most: spot.most, limit: spot.limit,
+                                                        schedule: SCHEDULE, fallback: fallback,
+                                                        push: OnePush.commands(client, payload))
         end
       end
     end
 
     # The fallback of a lock's parked jobs, for when no release comes (the holder's process died,
     # or a job handed the lock never ran): Sidekiq's scheduler runs it when it is due, a grace after
-    # the lock would expire, and it hands a free lock to the first parked job, or waits again. One
+    # the lock would have room, and it hands the lock to the first parked job, or waits again. One
     # per lock and queue: every hand-over moves it later, so a line that moves never runs it.
     class Unpark
       include ::Sidekiq::Worker

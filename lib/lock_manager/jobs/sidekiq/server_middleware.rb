@@ -42,17 +42,22 @@ module LockManager
       end
 
       # A rule refused the job: it runs again when the rule would admit it (keeping its jid, so a
-      # unique job's lock, held by its jid, goes with it), or OverLimit for Sidekiq's retries.
+      # unique job's lock, held by its jid, goes with it), or waits parked for a place (a
+      # concurrency rule's on_limit: :park), or OverLimit for Sidekiq's retries.
       def throttled(job_instance, job, refusal)
-        JobThrottle.handle(refusal, Jobs.class_name(job), "jid=#{job["jid"]}",
-                           log: ->(line) { Jobs.log(line) },
-                           reschedule: ->(delay) { push_again(job_instance, job, delay, refusal.promises) })
+        refusal.handle(Jobs.class_name(job), "jid=#{job["jid"]}",
+                       log: ->(line) { Jobs.log(line) },
+                       reschedule: ->(delay) { push_again(job_instance, job, delay, refusal.promises) },
+                       park: -> { Parking.park(with_promises(job, refusal.promises), refusal.spot(job["jid"])) })
+      end
+
+      def with_promises(job, promises)
+        promises.empty? ? job.except(PROMISES) : job.merge(PROMISES => promises)
       end
 
       def push_again(job_instance, job, delay, promises)
         again = copy_of(job_instance, job, at: Time.now.to_f + delay, keep_jid: true)
-        again[PROMISES] = promises unless promises.empty?
-        ::Sidekiq::Client.push(again)
+        ::Sidekiq::Client.push(with_promises(again, promises))
       end
 
       def conflict(job_instance, job, lock)
@@ -60,7 +65,7 @@ module LockManager
                            reschedules: JobBackoff.count(job), reschedule_in: reschedule_in(job_instance, job),
                            log: ->(what, key, more) { Jobs.log("#{what} #{about(job)}: #{held(lock, key)}#{more}") },
                            reschedule: ->(delay, count) { reschedule(job_instance, job, lock, delay, count) },
-                           park: -> { Parking.park(job, lock) })
+                           park: -> { Parking.park(job, lock.parking_spot) })
       end
 
       # The class's reschedule_in Proc, if any.
