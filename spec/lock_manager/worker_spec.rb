@@ -129,7 +129,7 @@ RSpec.describe LockManager::Worker do
       [:until_executing, { unique_for: 60, on_conflict: :skip }] => /on_conflict is not for :until_executing/,
       [:nonblocking, { unique_for: 60 }] => /unique_for is for/,
       [:until_executed, { unique_for: 60, on_conflict: :park }] => /:park is for :nonblocking and/,
-      [:nonblocking, { on_conflict: :park, limit: 2 }] => /limit must be 1/,
+      [:until_and_while_executing, { unique_for: 60, on_conflict: :park, limit: 2 }] => /limit is not for it/,
       [:nonblocking, { on_conflict: :park, renew: false }] => /renews the lock/,
       [:nonblocking, { on_conflict: :park, park_limit: 0 }] => /park_limit/,
       [:nonblocking, { on_conflict: :park, when_full: :wait }] => /when_full/,

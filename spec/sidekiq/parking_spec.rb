@@ -110,25 +110,29 @@ RSpec.describe "Parked jobs (on_conflict: :park) under Sidekiq", timeout: 120 do
     expect(Timeline.most_at_once(Timeline.work_intervals(events("LimitedParkWorker"), "limited done"))).to eq(1)
   end
 
-  it "parks jobs over a concurrency rule (throttle_with on_limit: :park): each end hands its place to the next" do
-    12.times { |number| push("ThrottledParkWorker", number, 0.3) }
-    eventually(timeout: 60, interval: 0.1) do
-      events("ThrottledParkWorker").count do |e|
-        e["event"] == "throttled done"
-      end == 12
-    end
-    runs = Timeline.work_intervals(events("ThrottledParkWorker"), "throttled done").sort
-    ends = runs.map(&:last).sort
-    # Each start after the first two follows an end: how long after the latest end before it.
-    waits = runs.drop(2).map { |started, _| started - ends.select { |ended| ended <= started + 0.005 }.max.to_f }
+  {
+    "ThrottledParkWorker" => ["jobs over a concurrency rule (throttle_with on_limit: :park)", "throttled done",
+                              /parked ThrottledParkWorker jid=\h+: limiter "park-tenant" has no free place/,
+                              "park-tenant"],
+    "PlacesParkWorker" => ["jobs on a lock of two places (lock_with limit: 2, on_conflict: :park)", "places done",
+                           /parked PlacesParkWorker jid=\h+: lock "park-places" is held \(\d+ in line\)/, "park-places"]
+  }.each do |klass, (what, done, parked_line, key)|
+    it "parks #{what}: each end hands its place to the next, two at once" do
+      12.times { |number| push(klass, number, 0.3) }
+      eventually(timeout: 60, interval: 0.1) { events(klass).count { |e| e["event"] == done } == 12 }
+      runs = Timeline.work_intervals(events(klass), done).sort
+      ends = runs.map(&:last).sort
+      # Each start after the first two follows an end: how long after the latest end before it.
+      waits = runs.drop(2).map { |started, _| started - ends.select { |ended| ended <= started + 0.005 }.max.to_f }
 
-    expect(runs.size).to eq(12)
-    expect(Timeline.most_at_once(runs)).to eq(2)
-    expect(waits.sort[waits.size / 2]).to be < 0.1 # median: an end pushes the next parked job itself
-    expect(log_lines(/parked ThrottledParkWorker jid=\h+: limiter "park-tenant" has no free place/).size).to be >= 5
-    expect(log_lines(/throttled ThrottledParkWorker|not parked ThrottledParkWorker/)).to be_empty # nothing rescheduled
-    expect(locks.parked_count("park-tenant")).to eq(0)
-    expect(Sidekiq::ScheduledSet.new.size).to eq(0) # the fallback went with the last parked job
+      expect(runs.size).to eq(12)
+      expect(Timeline.most_at_once(runs)).to eq(2)
+      expect(waits.sort[waits.size / 2]).to be < 0.1 # median: an end pushes the next parked job itself
+      expect(log_lines(parked_line).size).to be >= 5
+      expect(log_lines(/(throttled|rescheduled|not parked) #{klass}/)).to be_empty # nothing rescheduled
+      expect(locks.parked_count(key)).to eq(0)
+      expect(Sidekiq::ScheduledSet.new.size).to eq(0) # the fallback went with the last parked job
+    end
   end
 
   it "parks the run lock of :until_and_while_executing: a duplicate pushed while one runs waits for it" do

@@ -39,7 +39,8 @@ class UniqueParkWorker
   end
 end
 
-# At most two at once; the others wait in Redis for a place, which each job's end hands on.
+# At most two at once; the others wait in Redis for a place, which each job's end hands on: by a
+# concurrency rule, or by a lock of two places.
 class ThrottledParkWorker
   include LockManager::Worker
   include RecordedWork
@@ -47,5 +48,15 @@ class ThrottledParkWorker
 
   def perform(number, seconds)
     work(seconds, "throttled done", [number, seconds])
+  end
+end
+
+class PlacesParkWorker
+  include LockManager::Worker
+  include RecordedWork
+  lock_with :nonblocking, key: "park-places", limit: 2, on_conflict: :park, timeout: 3
+
+  def perform(number, seconds)
+    work(seconds, "places done", [number, seconds])
   end
 end

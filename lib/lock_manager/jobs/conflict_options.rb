@@ -50,14 +50,13 @@ module LockManager
       raise ArgumentError, "lock_with on_conflict: :replace is for :until_executing and :until_executed"
     end
 
-    # Checked once the others are: a parked job's lock is one holder's (its hand-over goes to one
-    # job) and renewed while the job runs (the line waits for its release, not its expiry).
+    # Checked once the others are: a parked job's lock is renewed while the job runs (the line waits
+    # for its release, not its expiry). With limit: N, jobs park while its N places are taken.
     def read_parking(given)
       return refuse_parking_options(given) unless park?
       unless PARKING_MODES.include?(mode)
         raise ArgumentError, "lock_with on_conflict: :park is for :nonblocking and :until_and_while_executing"
       end
-      raise ArgumentError, "lock_with on_conflict: :park hands the lock to one job: limit must be 1" if limit != 1
       raise ArgumentError, "lock_with on_conflict: :park renews the lock while the job runs" if renew == false
 
       @park_limit = given["park_limit"] && Arguments.positive_integer(given["park_limit"], "lock_with park_limit")
