@@ -76,3 +76,24 @@ class BackoffBenchJob
     work(number)
   end
 end
+
+# The same through a concurrency rule of one place: parked, or pushed again every second.
+class ThrottleParkBenchJob
+  include LockManager::Worker
+  include RecordedWork
+  throttle_with concurrency: 1, key: ->(run, *) { "bench-tpark:#{run}" }, on_limit: :park
+
+  def perform(_run, number)
+    work(number)
+  end
+end
+
+class ThrottleFixedBenchJob
+  include LockManager::Worker
+  include RecordedWork
+  throttle_with concurrency: 1, key: ->(run, *) { "bench-tfixed:#{run}" }, reschedule_in: 1
+
+  def perform(_run, number)
+    work(number)
+  end
+end

@@ -4,10 +4,12 @@
 # one job holds the lock HOLD seconds (default 2), and JOBS more (default 50) are pushed meanwhile, each
 # working WORK seconds (default 0.02) once it has the lock; for each way of waiting, one after the other:
 # `on_conflict: :park`, `:reschedule` at a fixed `reschedule_in: 1`, and `:reschedule` with its default
-# backoff (1, 2, 4 ... s, each plus up to 25%).
+# backoff (1, 2, 4 ... s, each plus up to 25%); then the same load over a `throttle_with concurrency: 1`
+# rule instead of a lock, with `on_limit: :park` and with its reschedule at a fixed 1 s.
 #
 #   bundle exec ruby bench/conflicts.rb
 #   JOBS=100 POLL=0.1 bundle exec ruby bench/conflicts.rb
+#   WAYS=park bundle exec ruby bench/conflicts.rb     # only the ways whose name includes "park"
 #
 #   redundant starts   per conflicting job, the starts of a job that did no work (found the lock held,
 #                      parked or was rescheduled) beyond its first, plus the parked jobs' fallback runs
@@ -33,8 +35,11 @@ JOBS = Integer(ENV.fetch("JOBS", "50"))
 POLL = Float(ENV.fetch("POLL", "0.5"))
 HANDOVER_TARGET = 0.1 # seconds, release to the next start, p99 for :park
 RUN = SecureRandom.hex(4)
-CLASSES = { "on_conflict: :park" => "ParkBenchJob", "reschedule_in: 1 (fixed)" => "FixedBenchJob",
-            "reschedule, default backoff" => "BackoffBenchJob" }.freeze
+WAYS = { "on_conflict: :park" => "ParkBenchJob", "reschedule_in: 1 (fixed)" => "FixedBenchJob",
+         "reschedule, default backoff" => "BackoffBenchJob", "throttle, on_limit: :park" => "ThrottleParkBenchJob",
+         "throttle, reschedule_in: 1" => "ThrottleFixedBenchJob" }.freeze
+CHOSEN = ENV.fetch("WAYS", "").split(",")
+CLASSES = WAYS.select { |way, _| CHOSEN.empty? || CHOSEN.any? { |part| way.include?(part) } }
 
 def records(list)
   ADMIN.lrange(list, 0, -1).map { |line| JSON.parse(line) }
@@ -110,7 +115,10 @@ results = CLASSES.transform_values { |klass| measure(klass) }
 puts "1 holder (#{ENV.fetch("HOLD", "2")} s) and #{JOBS} conflicting jobs " \
      "(#{ENV.fetch("WORK", "0.02")} s of work each):"
 report(results)
-park = results.values.first
-puts "", "on_conflict: :park: redundant starts per job #{format("%.2f", park[:redundant])}, wanted 0: " \
-         "#{Bench.verdict(park[:redundant], 0)}; release to start p99 #{Bench.ms(park[:p99])}, wanted <= " \
-         "#{Bench.ms(HANDOVER_TARGET)}: #{Bench.verdict(park[:p99], HANDOVER_TARGET)}"
+results.each do |way, park|
+  next unless way.end_with?(":park")
+
+  puts "", "#{way}: redundant starts per job #{format("%.2f", park[:redundant])}, wanted 0: " \
+           "#{Bench.verdict(park[:redundant], 0)}; release to start p99 #{Bench.ms(park[:p99])}, wanted <= " \
+           "#{Bench.ms(HANDOVER_TARGET)}: #{Bench.verdict(park[:p99], HANDOVER_TARGET)}"
+end
