@@ -49,14 +49,21 @@ RSpec.describe "Parked jobs (on_conflict: :park) under Sidekiq", timeout: 120 do
     Timeline.work_intervals(events(klass).select { |e| e["args"].first == args_first }, event).sort
   end
 
+  # Lets a holder pushed with this gate's name as its seconds end its work (GatedWork).
+  def open_gate(name)
+    admin.set("#{@timeline}:gate:#{name}", "1")
+  end
+
   def log_lines(pattern)
     @sidekiq.sum([]) { |process| process.log.lines.grep(pattern) }
   end
 
-  it "runs 100 jobs parked behind a 2 s holder one at a time, each pushed by the release before it" do
-    holder = push("ParkedWorker", "a", 2.0)
+  it "runs 100 jobs parked behind a holder one at a time, each pushed by the release before it" do
+    holder = push("ParkedWorker", "a", "a")
     eventually(timeout: 20) { events("ParkedWorker").any? { |e| e["jid"] == holder && e["event"] == "working" } }
     100.times { push("ParkedWorker", "a", 0.02) }
+    eventually(timeout: 60, interval: 0.1) { locks.parked_count("parked:a") == 100 }
+    open_gate("a")
     eventually(timeout: 90, interval: 0.1) { finished("ParkedWorker", "parked done", "a") == 101 }
     runs = intervals("ParkedWorker", "parked done", "a")
     gaps = runs.each_cons(2).map { |(_, released), (started, _)| started - released }
@@ -96,9 +103,11 @@ RSpec.describe "Parked jobs (on_conflict: :park) under Sidekiq", timeout: 120 do
   end
 
   it "parks at most park_limit jobs; the others are skipped, as when_full: :skip says" do
-    holder = push("LimitedParkWorker", 0, 1.5)
+    holder = push("LimitedParkWorker", 0, "limited")
     eventually(timeout: 20) { events("LimitedParkWorker").any? { |e| e["jid"] == holder && e["event"] == "working" } }
     (1..4).each { |number| push("LimitedParkWorker", number, 0.05) }
+    eventually(timeout: 30, interval: 0.1) { log_lines(/skipped LimitedParkWorker/).size == 2 }
+    open_gate("limited")
     eventually(timeout: 30, interval: 0.1) do
       events("LimitedParkWorker").count { |e| e["event"] == "limited done" } == 3
     end
@@ -140,6 +149,8 @@ RSpec.describe "Parked jobs (on_conflict: :park) under Sidekiq", timeout: 120 do
     eventually(timeout: 20) { events("UniqueParkWorker").any? { |e| e["jid"] == first && e["event"] == "working" } }
     second = push("UniqueParkWorker", 7)
     expect(second).not_to be_nil # the enqueue lock was released when the first started
+    eventually(timeout: 30, interval: 0.1) { log_lines(/parked UniqueParkWorker jid=#{second}/).size == 1 }
+    open_gate("unique-7")
     eventually(timeout: 30, interval: 0.1) { finished("UniqueParkWorker", "unique done", 7) == 2 }
     runs = intervals("UniqueParkWorker", "unique done", 7)
 
