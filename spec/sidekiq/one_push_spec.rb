@@ -66,6 +66,17 @@ RSpec.describe "Sidekiq pushes that carry their claim" do
     expect(@client_log.string).to include("is held by jid=#{holder}")
   end
 
+  it "a push refused by a lock a thread holds (Locker#try_lock of the same key) names that holder's token, not a jid" do
+    key = lock_of(base, 1).delete_prefix("one:") # the shared Locker's prefix
+    held = LockManager.locker.try_lock(key, timeout: 30)
+
+    expect(job.perform_async(base, 1)).to be_nil
+    expect(@client_log.string).to include(%(lock "#{key}" is held by #{held.token}))
+    expect(@client_log.string).not_to include("jid=#{held.token}")
+  ensure
+    held&.release
+  end
+
   it "a process that loads only Sidekiq (no redis-rb: Sidekiq 7 and 8) compares the two Redis and carries its claims" do
     script = <<~RUBY
       require "sidekiq"

@@ -118,8 +118,15 @@ module LockManager
       # @return [nil] what a refused push returns
       def refused(lock, job, holder)
         why = " (on_conflict: :replace replaces only where Sidekiq's Redis is the locks')" if lock.options.replace?
-        log("refused #{class_name(job)} jid=#{job["jid"]}: lock #{lock.key.inspect} is held by jid=#{holder}#{why}")
+        log("refused #{class_name(job)} jid=#{job["jid"]}: lock #{lock.key.inspect} " \
+            "is held by #{holder_name(holder)}#{why}")
         Instrumentation.conflict(lock, class_name(job), job["jid"], refused_by: holder)
+      end
+
+      # How a line names a lock's holder: a job by its jid, anything else (a thread's token, taken with
+      # Locker#blocking_lock, say) as it is.
+      def holder_name(holder)
+        holder.to_s.match?(/\A\h{24}\z/) ? "jid=#{holder}" : holder.to_s
       end
 
       # Logs a push that replaced the pending job `replaced` (on_conflict: :replace).

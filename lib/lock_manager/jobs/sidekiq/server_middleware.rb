@@ -86,7 +86,7 @@ module LockManager
       end
 
       def held(lock, key)
-        "lock #{key.inspect} is held#{" by jid=#{lock.holder}" if lock.holder}"
+        "lock #{key.inspect} is held#{" by #{Jobs.holder_name(lock.holder)}" if lock.holder}"
       end
 
       # The job pushed again for later, with the count of its reschedules. An iterable job (Sidekiq
