@@ -192,6 +192,23 @@ RSpec.describe LockManager::Worker do
       expect(seen).to eq(["#{prefix}user:42"])
     end
 
+    it "reschedules a job whose lock is held as Sidekiq pushes a retry: the whole payload, a new jid" do
+      klass = job_class("RescheduledCopyJob") { lock_with key: "copied", on_conflict: :reschedule, reschedule_in: 60 }
+      elsewhere.try_lock("copied")
+      marker = SecureRandom.hex(4)
+      job = job_hash(klass, marker, "cattr" => { "tenant" => 7 }, "tags" => ["a"], "bid" => "batch-1",
+                                    "retry_count" => 2, "failed_at" => 1_760_000_000.5, "enqueued_at" => 1_760_000_001)
+
+      expect(run(klass, job)).to be(false)
+      pushed = redis.zrange("schedule", 0, -1).map { |raw| JSON.parse(raw) }.find { |again| again["args"] == [marker] }
+      expect(pushed).to include("cattr" => { "tenant" => 7 }, "tags" => ["a"], "bid" => "batch-1", "retry_count" => 2,
+                                "failed_at" => 1_760_000_000.5, "lock_manager_reschedules" => 1)
+      expect(pushed["jid"]).not_to eq(job["jid"])
+      expect(pushed["enqueued_at"]).not_to eq(1_760_000_001)
+    ensure
+      redis.zrem("schedule", redis.zrange("schedule", 0, -1).grep(/#{marker}/)) if marker
+    end
+
     it "skips a job whose lock is held, logging one line with class, jid and key" do
       klass = job_class("SkipJob") { lock_with key: "busy" }
       elsewhere.try_lock("busy")

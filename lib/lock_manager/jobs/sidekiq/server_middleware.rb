@@ -89,15 +89,13 @@ module LockManager
         "lock #{key.inspect} is held#{" by #{Jobs.holder_name(lock.holder)}" if lock.holder}"
       end
 
-      # The job pushed again for later, with the count of its reschedules. An iterable job (Sidekiq
-      # 7.3+) keeps its jid, under which Sidekiq saved its cursor: an interrupted iteration goes on
-      # where it stopped.
+      # The job pushed again for later, as Sidekiq pushes a retry: the whole payload (its
+      # CurrentAttributes, batch, tags and retry state go with it), with a new jid and enqueue time.
+      # An iterable job (Sidekiq 7.3+) keeps its jid, under which Sidekiq saved its cursor: an
+      # interrupted iteration goes on where it stopped.
       def copy_of(job_instance, job, at:, keep_jid: false)
-        kept = ["class", "wrapped", "args", "queue", "retry", "lock_manager", JobBackoff::COUNT]
-        if keep_jid || (defined?(::Sidekiq::Job::Iterable) && job_instance.is_a?(::Sidekiq::Job::Iterable))
-          kept << "jid"
-        end
-        job.slice(*kept).merge("at" => at)
+        keep_jid ||= defined?(::Sidekiq::Job::Iterable) && job_instance.is_a?(::Sidekiq::Job::Iterable)
+        job.except("enqueued_at", *("jid" unless keep_jid)).merge("at" => at)
       end
     end
   end
