@@ -24,13 +24,16 @@ RSpec.describe "Sidekiq pushes that carry their claim" do
     job.perform_async(base - 1, 0) # the pooled connections opened, the script loaded, the Redis compared
   end
 
-  # The commands clients sent Redis while the block ran (MONITOR; not those the scripts ran).
+  # The commands clients sent Redis while the block ran (MONITOR; not those the scripts ran, nor
+  # redis-client's prelude as it opens a connection, HELLO and two CLIENT SETINFO: a pool may open one
+  # again at any time, and a loaded machine's run on Sidekiq 8.1.7 counted 4 commands for a refused push).
   def sent
     monitor = ProcessHelpers::Monitor.new(@server.port)
     yield
   ensure
     sleep 0.3 # the last commands reach MONITOR
-    @sent = monitor&.stop&.reject { |source, _| source == "lua" }&.map(&:last)
+    sent = monitor&.stop&.reject { |source, _| source == "lua" }&.map(&:last)
+    @sent = sent&.grep_v(/\A"(HELLO|AUTH|SELECT|CLIENT)" /i)
   end
 
   def queued(args)
@@ -45,8 +48,7 @@ RSpec.describe "Sidekiq pushes that carry their claim" do
     jid = nil
     sent { jid = job.perform_async(base, 0) }
 
-    expect(@sent.size).to eq(1)
-    expect(@sent.first).to start_with('"EVALSHA"')
+    expect(@sent).to match([start_with('"EVALSHA"')])
     expect(queued([base, 0]).map { |entry| entry["jid"] }).to eq([jid])
     expect(admin.get(lock_of(base, 0))).to eq(jid)
     expect(admin.pttl(lock_of(base, 0))).to be_between(1, UniqueJobs::UNIQUE_FOR * 1_000)
@@ -59,7 +61,7 @@ RSpec.describe "Sidekiq pushes that carry their claim" do
     sent { result = job.perform_async(base, 0) }
 
     expect(result).to be_nil
-    expect(@sent.size).to eq(1)
+    expect(@sent).to match([start_with('"EVALSHA"')])
     expect(queued([base, 0]).map { |entry| entry["jid"] }).to eq([holder])
     expect(admin.get(lock_of(base, 0))).to eq(holder)
     expect(admin.pttl(lock_of(base, 0))).to be <= ttl
