@@ -192,19 +192,29 @@ RSpec.describe LockManager::Worker do
       expect(seen).to eq(["#{prefix}user:42"])
     end
 
-    it "reschedules a job whose lock is held as Sidekiq pushes a retry: the whole payload, a new jid" do
+    it "reschedules a job whose lock is held with its whole payload, a new jid, and no error of its own" do
       klass = job_class("RescheduledCopyJob") { lock_with key: "copied", on_conflict: :reschedule, reschedule_in: 60 }
       elsewhere.try_lock("copied")
       marker = SecureRandom.hex(4)
       job = job_hash(klass, marker, "cattr" => { "tenant" => 7 }, "tags" => ["a"], "bid" => "batch-1",
-                                    "retry_count" => 2, "failed_at" => 1_760_000_000.5, "enqueued_at" => 1_760_000_001)
+                                    "retry_count" => 2, "failed_at" => 1_760_000_000.5, "enqueued_at" => 1_760_000_001,
+                                    "lock_manager_reschedules" => 2)
 
       expect(run(klass, job)).to be(false)
       pushed = redis.zrange("schedule", 0, -1).map { |raw| JSON.parse(raw) }.find { |again| again["args"] == [marker] }
       expect(pushed).to include("cattr" => { "tenant" => 7 }, "tags" => ["a"], "bid" => "batch-1", "retry_count" => 2,
-                                "failed_at" => 1_760_000_000.5, "lock_manager_reschedules" => 1)
+                                "failed_at" => 1_760_000_000.5, "lock_manager_reschedules" => 3)
       expect(pushed["jid"]).not_to eq(job["jid"])
       expect(pushed["enqueued_at"]).not_to eq(1_760_000_001)
+
+      # A retry after a failure (its error with it) starts its count again; its copy carries no error,
+      # so the copy's own start does not restart the count.
+      retried = job.merge("jid" => SecureRandom.hex(12), "args" => [marker * 2], "error_class" => "RuntimeError",
+                          "error_message" => "boom")
+      expect(run(klass, retried)).to be(false)
+      again = redis.zrange("schedule", 0, -1).map { |raw| JSON.parse(raw) }.find { |copy| copy["args"] == [marker * 2] }
+      expect(again).to include("lock_manager_reschedules" => 1, "retry_count" => 2)
+      expect(again.keys).not_to include("error_class", "error_message")
     ensure
       redis.zrem("schedule", redis.zrange("schedule", 0, -1).grep(/#{marker}/)) if marker
     end

@@ -9,6 +9,8 @@ module LockManager
 
       # Where a throttled job carries what its rules promised it (JobThrottle::Refusal#promises).
       PROMISES = "lock_manager_promises"
+      # What a job pushed again leaves behind (#copy_of).
+      NOT_COPIED = %w[enqueued_at error_class error_message error_backtrace].freeze
 
       # @return what the rest of the chain returned, as every middleware does (perform_inline takes a
       #   falsy value for a job that did not run); nil when the job's lock was held
@@ -89,13 +91,15 @@ module LockManager
         "lock #{key.inspect} is held#{" by #{Jobs.holder_name(lock.holder)}" if lock.holder}"
       end
 
-      # The job pushed again for later, as Sidekiq pushes a retry: the whole payload (its
-      # CurrentAttributes, batch, tags and retry state go with it), with a new jid and enqueue time.
-      # An iterable job (Sidekiq 7.3+) keeps its jid, under which Sidekiq saved its cursor: an
-      # interrupted iteration goes on where it stopped.
+      # The job pushed again for later: the whole payload (its CurrentAttributes, batch, tags and
+      # retry count go with it) with a new jid and enqueue time, less the error of a failure before:
+      # the copy did not fail, and a job that comes with an error is a retry after a failure, whose
+      # count of reschedules starts again (JobBackoff.restart_after_failure). An iterable job (Sidekiq
+      # 7.3+) keeps its jid, under which Sidekiq saved its cursor: an interrupted iteration goes on
+      # where it stopped.
       def copy_of(job_instance, job, at:, keep_jid: false)
         keep_jid ||= defined?(::Sidekiq::Job::Iterable) && job_instance.is_a?(::Sidekiq::Job::Iterable)
-        job.except("enqueued_at", *("jid" unless keep_jid)).merge("at" => at)
+        job.except(*NOT_COPIED, *("jid" unless keep_jid)).merge("at" => at)
       end
     end
   end
