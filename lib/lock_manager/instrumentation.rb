@@ -114,12 +114,12 @@ module LockManager
     # A job whose lock (a JobLock) is held: not pushed (`refused_by` the holder's jid), or skipped,
     # rescheduled or raised as its on_conflict says.
     # @return [nil]
-    def conflict(job_lock, job_class, jid, refused_by: nil)
+    def conflict(job_lock, job_class, jid, refused_by: nil, reschedules: nil)
       return unless Events.on?(CONFLICT)
 
       strategy = refused_by ? job_lock.options.mode : job_lock.options.on_conflict
       Events.emit(CONFLICT, { key: job_lock.held_key || job_lock.key, class: job_class, jid: jid, strategy: strategy,
-                              holder: refused_by || job_lock.holder })
+                              holder: refused_by || job_lock.holder, reschedules: reschedules })
     end
 
     def clock

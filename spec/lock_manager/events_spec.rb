@@ -20,6 +20,13 @@ module EventJobs
 
     def perform; end
   end
+
+  class Rescheduling < ActiveJob::Base
+    include LockManager::Worker
+    lock_with :nonblocking, key: "events:busy", on_conflict: :reschedule
+
+    def perform; end
+  end
 end
 
 RSpec.describe "Events" do
@@ -167,7 +174,19 @@ RSpec.describe "Events" do
       EventJobs::Skipping.perform_later
 
       expect(named(:conflict)).to match([hash_including(class: "EventJobs::Skipping", key: "events:busy",
-                                                        strategy: "skip")])
+                                                        strategy: "skip", reschedules: 0)])
+    end
+
+    it "a job rescheduled before says how many times, as its data carries it" do
+      EventJobs::Rescheduling.queue_adapter = :test
+      LockManager::Locker.new(redis_url: redis_url, key_prefix: prefix).try_lock("events:busy", timeout: 5)
+      job = EventJobs::Rescheduling.new
+      job.deserialize(job.serialize.merge("lock_manager_reschedules" => 2))
+      job.perform_now
+
+      expect(named(:conflict)).to match([hash_including(class: "EventJobs::Rescheduling", strategy: "reschedule",
+                                                        reschedules: 2)])
+      expect(EventJobs::Rescheduling.queue_adapter.enqueued_jobs.last).to include("lock_manager_reschedules" => 3)
     end
   end
 end

@@ -17,7 +17,7 @@ module LockManager
     # LockNotAcquired, or park (see .parked).
     # @param lock [JobLock] the lock #run found held
     def self.handle(lock, class_name, job_id, log:, reschedule:, park: nil, reschedules: 0, reschedule_in: nil)
-      Instrumentation.conflict(lock, class_name, job_id)
+      Instrumentation.conflict(lock, class_name, job_id, reschedules: reschedules)
       ways = Ways.new(class_name: class_name, log: log, reschedule: reschedule, park: park,
                       reschedules: reschedules, reschedule_in: reschedule_in)
       case lock.options.on_conflict
