@@ -24,11 +24,14 @@ require_relative "histories/table"
 require_relative "histories/register"
 
 module Histories
-  # The lock `timeout` (TTL) and blocking calls' `wait`, the load around each fault, and the size.
-  Settings = Struct.new(:processes, :threads, :timeout, :wait, :fault_at, :after, :quiet, keyword_init: true)
+  # The size; the lock `timeout` (TTL) and blocking calls' `wait`; the load around each fault (from
+  # the start to the fault, the longest wait for its moment, after its end) and without one.
+  Settings = Struct.new(:processes, :threads, :timeout, :wait, :fault_at, :await, :after, :quiet, keyword_init: true)
 
-  SHORT = Settings.new(processes: 4, threads: 4, timeout: 3, wait: 4, fault_at: 1.0, after: 2.0, quiet: 3.0)
-  FULL = Settings.new(processes: 8, threads: 4, timeout: 3, wait: 4, fault_at: 3.0, after: 5.0, quiet: 12.0)
+  SHORT = Settings.new(processes: 4, threads: 4, timeout: 3, wait: 4, fault_at: 1.0, await: 2.0, after: 2.0,
+                       quiet: 3.0)
+  FULL = Settings.new(processes: 8, threads: 4, timeout: 3, wait: 4, fault_at: 3.0, await: 6.0, after: 5.0,
+                      quiet: 12.0)
 
   # One row per fault and setting, on one redis-server (the standalone topology). `exclusive`:
   # the guarantees promise no overlap there. The pause below the TTL (2.2 s, above the 2 s a lock
@@ -36,9 +39,10 @@ module Histories
   # only if the waiter extends the lock before its block starts.
   ROWS = [
     Row.new(name: "none", fault: nil, args: [], appendonly: false, exclusive: true),
-    Row.new(name: "sigstop fresh holder 2.2 s < TTL", fault: :pause_holder, args: [2.2, :short_sections],
+    Row.new(name: "sigstop fresh holder 2.2 s < TTL", fault: :pause_holder, args: [2.2, :fresh],
             appendonly: false, exclusive: true),
-    Row.new(name: "sigstop holder 4 s > TTL", fault: :pause_holder, args: [4.0], appendonly: false, exclusive: false),
+    Row.new(name: "sigstop long holder 4 s > TTL", fault: :pause_holder, args: [4.0, :long_section],
+            appendonly: false, exclusive: false),
     Row.new(name: "sigkill redis, no persistence", fault: :kill_restart, args: [0.5], appendonly: false,
             exclusive: false),
     Row.new(name: "sigkill redis, appendonly", fault: :kill_restart, args: [0.5], appendonly: true,

@@ -6,30 +6,30 @@ module Histories
   # client process. Every fault is bounded: it ends by itself after `seconds`.
   #
   # `target` is what a row gives a fault to act on: the lock server (FaultyRedisServer), an admin
-  # client of it, the row's key prefix, the client pids, and the partitioned process's proxy.
-  Target = Struct.new(:server, :admin, :prefix, :pids, :proxy, keyword_init: true)
+  # client of it, the row's key prefix, the client pids, the partitioned process's proxy, and how
+  # long a fault may wait for its moment (a holder to stop, a long section to fall into).
+  Target = Struct.new(:server, :admin, :prefix, :pids, :proxy, :await, keyword_init: true)
 
   module Faults
-    # The longest a fault waits for its moment (a holder to stop, a long section to fall into).
-    AWAIT = 2.0
-
     module_function
 
     # SIGSTOPs a client process while one of its threads holds a plain lock, for `seconds`, then
-    # SIGCONTs it. Past the TTL this is the Kleppmann pause: the lock expires, another client takes
-    # it, and the stopped one, resumed, finishes its section and writes with its old token.
-    # `among: :short_sections` leaves out process 0, whose long sections (Worker's LONG_HOLD) may
-    # have used most of their lock's time already: a holder is then stopped within the first few
-    # ms of its block (or between being handed the lock and extending it), when its lock must
-    # still have its whole timeout ahead (docs/guarantees.md).
-    def pause_holder(target, seconds, among = :any)
-      pids = among == :short_sections ? target.pids.drop(1) : target.pids
-      pid, stopped_at = stop_a_holder(target, pids)
+    # SIGCONTs it. `holder`:
+    # - :long_section: process 0 inside one of its long sections (see #await_long_section). Past the
+    #   TTL this is the Kleppmann pause: the lock expires (its renewal is stopped too), another
+    #   client takes it, and the stopped one, resumed, finishes its section and writes with its old
+    #   token, which the register must refuse.
+    # - :fresh: any other process, whose sections last 5 ms: it is stopped within the first few ms
+    #   of its block, or between being handed the lock and extending it, when its lock must still
+    #   have its whole timeout ahead (docs/guarantees.md), so a pause below the TTL overlaps nothing.
+    def pause_holder(target, seconds, holder)
+      during = await_long_section(target) if holder == :long_section
+      pid, stopped_at = stop_a_holder(target, holder == :long_section ? target.pids.first(1) : target.pids.drop(1))
       return [] unless pid
 
       sleep([stopped_at + seconds - Histories.now, 0].max)
       Process.kill(:CONT, pid)
-      [{ kind: "sigstop", pid: pid, stopped: true, start: stopped_at, end: Histories.now }]
+      [{ kind: "sigstop", pid: pid, stopped: true, during: during, start: stopped_at, end: Histories.now }]
     end
 
     # SIGKILL, `seconds` down, then the same server started again on its port (with its
@@ -63,14 +63,14 @@ module Histories
       [{ kind: "partition", pid: target.pids.first, during: during, start: started, end: Histories.now }]
     end
 
-    # Waits (AWAIT at most) until process 0's long holder (Worker's LONG_HOLD) is 100 ms into a
-    # long section of a plain lock: the same token of that process on the key for 100 ms, where a
-    # short section lasts 5 ms; a token already there at the first look is left out (it may be near
-    # its end). The fault then falls inside a section with 1.4 s or more ahead of it, the case that
+    # Waits (target.await at most) until process 0's long holder (Worker's LONG_HOLD) is 100 ms
+    # into a long section of a plain lock: the same token of that process on the key for 100 ms,
+    # where a short section lasts 5 ms; a token already there at the first look is left out (it
+    # may be near its end). The fault then falls inside a section with 1.4 s or more ahead of it, the case that
     # shows what a lost lock allows; without one, the fault comes anyway.
     # @return [String, nil] the section it fell into
     def await_long_section(target)
-      deadline = Histories.now + AWAIT
+      deadline = Histories.now + target.await
       seen = plain_tokens(target).to_h { |token| [token, Float::INFINITY] }
       while Histories.now < deadline
         held = plain_tokens(target).select { |token| token.split("/")[1].to_i == target.pids.first }
@@ -89,11 +89,11 @@ module Histories
     end
 
     # Stops one of `pids` that holds one of the plain locks and checks, once it is stopped, that it
-    # still does; else resumes it and looks again. Gives up after AWAIT (the row then says that it
-    # found no holder: no fault record).
+    # still does; else resumes it and looks again. Gives up after target.await (the row then says
+    # that it found no holder: no fault record).
     # @return [Array(Integer, Float), nil] the pid and when it was stopped
     def stop_a_holder(target, pids)
-      deadline = Histories.now + AWAIT
+      deadline = Histories.now + target.await
       while Histories.now < deadline
         pid = holder_pid(target, pids)
         if pid

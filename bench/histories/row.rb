@@ -68,7 +68,7 @@ module Histories
 
     def plan(dir)
       start_at = Histories.now + 0.5 # time for every process to start
-      load = @row.fault ? @settings.fault_at + Faults::AWAIT + @row.args.first + @settings.after : @settings.quiet
+      load = @row.fault ? @settings.fault_at + @settings.await + @row.args.first + @settings.after : @settings.quiet
       Plan.new(row: @prefix.chomp(":"), register_url: @register_url, threads: @settings.threads,
                timeout: @settings.timeout, wait: @settings.wait, start_at: start_at, stop_at: start_at + load,
                dir: dir)
@@ -98,7 +98,8 @@ module Histories
       return [] unless @row.fault
 
       sleep([plan.start_at + @settings.fault_at - Histories.now, 0].max)
-      target = Target.new(server: @server, admin: admin, prefix: @prefix, pids: pids, proxy: @proxy)
+      target = Target.new(server: @server, admin: admin, prefix: @prefix, pids: pids, proxy: @proxy,
+                          await: @settings.await)
       Faults.public_send(@row.fault, target, *@row.args)
     end
 
@@ -123,14 +124,15 @@ module Histories
       value ? nil : "process #{process} died without a report (#{status.inspect})"
     end
 
-    # The lock, queue and waiter keys still there once every client is done and any lock whose
-    # release was lost (a reset, a restart) has had its TTL and a hand-off's 2 s to go by itself.
-    # Fencing counters stay by design (bench/soak.rb, spec/support/helpers.rb `held_keys`).
+    # The lock, queue and waiter keys still there once every client is done. Without a fault,
+    # every release reached Redis: anything left is a leak, at once. After one, a lock whose
+    # release was lost (a reset, a restart) goes by itself: it gets its TTL and a hand-off's 2 s
+    # first. Fencing counters stay by design (bench/soak.rb, spec/support/helpers.rb `held_keys`).
     def leftovers(admin)
-      deadline = Histories.now + @settings.timeout + 2.5
+      deadline = Histories.now + (@row.fault ? @settings.timeout + 2.5 : 0)
       loop do
         keys = admin.keys("*").reject { |key| KeySlots.fencing_counter?(key) }
-        return keys if keys.empty? || Histories.now > deadline
+        return keys if keys.empty? || Histories.now >= deadline
 
         sleep 0.1
       end
