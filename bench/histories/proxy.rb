@@ -51,14 +51,18 @@ module Histories
     private
 
     def accept
-      loop do
-        client = @listener.accept
-        redis = TCPSocket.new("127.0.0.1", @port)
-        @mutex.synchronize { @sockets.push(client, redis) }
-        @threads << forward(client, redis) << forward(redis, client)
-      end
-    rescue IOError, SystemCallError
+      loop { connect(@listener.accept) }
+    rescue IOError, SystemCallError # the listener closed
       nil
+    end
+
+    # A client whose Redis cannot be reached is closed, as a refused connection would be.
+    def connect(client)
+      redis = TCPSocket.new("127.0.0.1", @port)
+      @mutex.synchronize { @sockets.push(client, redis) }
+      @threads << forward(client, redis) << forward(redis, client)
+    rescue SystemCallError
+      client.close
     end
 
     # Copies `from` to `to`; while blackholed, holds what it read (and reads no more).

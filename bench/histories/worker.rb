@@ -122,9 +122,10 @@ module Histories
       result.run? ? released(entry, result.lost?) : refused(entry)
     end
 
-    # try_lock, or lock (which waits) every 4th turn, then release: the handle API.
+    # try_lock, or lock (which waits) every other time (odd turns come here), then release: the
+    # handle API.
     def handle(entry)
-      waits = (@turn % 4).zero?
+      waits = @turn % 4 == 1
       entry.merge!(api: waits ? "lock" : "try_lock", bound: waits ? @plan.wait : 0)
       options = { timeout: @plan.timeout }
       lock = waits ? @locker.lock(entry[:key], wait: @plan.wait, **options) : @locker.try_lock(entry[:key], **options)
