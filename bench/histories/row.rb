@@ -69,9 +69,10 @@ module Histories
     def plan(dir)
       start_at = Histories.now + 0.5 # time for every process to start
       load = @row.fault ? @settings.fault_at + @settings.await + @row.args.first + @settings.after : @settings.quiet
+      fault_at = start_at + @settings.fault_at
       Plan.new(row: @prefix.chomp(":"), register_url: @register_url, threads: @settings.threads,
                timeout: @settings.timeout, wait: @settings.wait, start_at: start_at, stop_at: start_at + load,
-               dir: dir)
+               long_window: fault_at..(fault_at + @settings.await), dir: dir)
     end
 
     # Process 0 goes through the proxy in a partition row; the others always straight to Redis.

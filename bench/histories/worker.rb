@@ -8,16 +8,18 @@ module Histories
   # The hot keys and how many may hold each at once: two plain locks and one `limit: 2`.
   KEYS = { "a" => 1, "b" => 1, "c" => 2 }.freeze
   MAX_HOLD = 0.005 # the critical section sleeps rand * MAX_HOLD before its write
-  # Every 4th section of process 0's `renew: true` thread is a long one, below the TTL: long enough
-  # for a fault to fall inside it (Faults.await_long_section), so what a lost lock allows shows,
-  # and renewal gets to say it lost it. One such thread in all: the others' waits stay short.
+  # Within the plan's `long_window`, every 4th section of process 0's `renew: true` thread is a long
+  # one, below the TTL: long enough for a fault to fall inside it (Faults.await_long_section), so
+  # what a lost lock allows shows, and renewal gets to say it lost it. Only then: every waiter ends
+  # up queued behind such a section, and the load outside the window is the plain one.
   LONG_HOLD = (1.5..2.5)
   RETRY_AFTER = 0.005 # a refused nonblocking call or try_lock comes back after rand * RETRY_AFTER
 
   # What one client process needs to know: where Redis is (directly or through its proxy), the
   # register, the lock settings, and the window of load (CLOCK_MONOTONIC, the same in every process).
-  # `stop_at` is the latest end; the row moves it earlier once its fault is over (#listen).
-  Plan = Struct.new(:row, :register_url, :threads, :timeout, :wait, :start_at, :stop_at, :dir, keyword_init: true)
+  # `stop_at` is the latest end; the row moves it earlier once its fault is over (Worker#run).
+  Plan = Struct.new(:row, :register_url, :threads, :timeout, :wait, :start_at, :stop_at, :long_window, :dir,
+                    keyword_init: true)
 
   # One client process: `plan.threads` threads taking locks until `plan.stop_at`, each operation
   # written as one JSON line to <dir>/p<process>.jsonl once the threads are done (a line per
@@ -59,9 +61,9 @@ module Histories
 
   # One thread's calls, each recorded as a Hash (an entry of its process's history). Its index
   # picks its way in: 0 blocking_lock, 1 blocking_lock with `fair: true`, 2 blocking_lock with
-  # `renew: true` (in process 0, every 4th section a long one), 3 nonblocking_lock and handles
-  # (try_lock, lock) by turns. The key is picked at random each time: the `limit: 2` one by any way that takes
-  # `limit:` (handles do not, nor `fair:` with it here).
+  # `renew: true` (in process 0, some long sections: LONG_HOLD), 3 nonblocking_lock
+  # and handles (try_lock, lock) by turns. The key is picked at random each time: the `limit: 2`
+  # one by any way that takes `limit:` (handles do not, nor `fair:` with it here).
   class Contender
     attr_reader :entries, :current
 
@@ -80,7 +82,7 @@ module Histories
       sleep([@plan.start_at - Histories.now, 0].max)
       while Histories.now < @plan.stop_at
         @turn += 1
-        @current = new_entry(KEYS.keys.sample)
+        @current = new_entry((long? ? KEYS.select { |_, limit| limit == 1 } : KEYS).keys.sample)
         @entries << attempt(@current)
         @current = nil
       end
@@ -148,8 +150,10 @@ module Histories
       lock
     end
 
+    # Every 4th turn of process 0's renewing thread in the long window, on a plain key (where
+    # faults look for it).
     def long?
-      @process.zero? && @thread % 4 == 2 && (@turn % 4).zero?
+      @process.zero? && @thread % 4 == 2 && (@turn % 4).zero? && @plan.long_window.cover?(Histories.now)
     end
 
     def write(entry)
