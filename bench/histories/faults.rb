@@ -5,10 +5,10 @@ module Histories
   # fault records for the Checker: kind, start, end (CLOCK_MONOTONIC), and pid when it targets one
   # client process. Every fault is bounded: it ends by itself after `seconds`.
   #
-  # `target` is what a row gives a fault to act on: the lock server (FaultyRedisServer), an admin
-  # client of it, the row's key prefix, the client pids, the partitioned process's proxy, and how
+  # `target` is what a row gives a fault to act on: where the locks live (Backends), a client of
+  # its lock keys, the row's key prefix, the client pids, the partitioned process's proxy, and how
   # long a fault may wait for its moment (a holder to stop, a long section to fall into).
-  Target = Struct.new(:server, :admin, :prefix, :pids, :proxy, :await, keyword_init: true)
+  Target = Struct.new(:backend, :admin, :prefix, :pids, :proxy, :await, keyword_init: true)
 
   module Faults
     module_function
@@ -37,9 +37,9 @@ module Histories
     def kill_restart(target, seconds)
       during = await_long_section(target)
       started = Histories.now
-      target.server.kill
+      target.backend.server.kill
       sleep(seconds)
-      target.server.start
+      target.backend.server.start
       [{ kind: "sigkill", during: during, start: started, end: Histories.now }]
     end
 
@@ -112,10 +112,14 @@ module Histories
       plain_tokens(target).map { |token| token.split("/")[1].to_i }.find { |pid| pids.include?(pid) }
     end
 
-    # The tokens holding the plain locks now (a token names its pid: docs/design.md).
+    # The tokens holding the plain locks now (a token names its pid: docs/design.md). One GET
+    # each: on a Cluster the keys may live on different masters.
     def plain_tokens(target)
-      plain = KEYS.select { |_, limit| limit == 1 }.keys
-      target.admin.mget(*plain.map { |key| "#{target.prefix}#{key}" }).compact
+      plain_keys(target).filter_map { |key| target.admin.get(key) }
+    end
+
+    def plain_keys(target)
+      KEYS.select { |_, limit| limit == 1 }.keys.map { |key| "#{target.prefix}#{key}" }
     end
   end
 end

@@ -3,18 +3,27 @@
 require "tmpdir"
 require "fileutils"
 require_relative "../support"
-require_relative "../../spec/support/fault_helpers"
+require_relative "backends"
 require_relative "worker"
 require_relative "proxy"
 require_relative "faults"
+require_relative "topology_faults"
 require_relative "checker"
 
 module Histories
   # One row of the table: a fault (a method of Faults and its arguments), the lock server's
-  # persistence, and whether the documented guarantees promise no overlap under it.
-  Row = Struct.new(:name, :fault, :args, :appendonly, :exclusive, keyword_init: true) do
+  # persistence, and whether the documented guarantees promise no overlap under it (`exclusive`)
+  # and tokens that never go backwards (`monotonic`, unless false). `topology` (:sentinel,
+  # :cluster; standalone when nil) says where the locks live (Backends), `locker` more Locker
+  # options (min_replicas).
+  Row = Struct.new(:name, :fault, :args, :appendonly, :exclusive, :monotonic, :topology, :locker,
+                   keyword_init: true) do
     def partition?
       fault == :partition
+    end
+
+    def monotonic?
+      monotonic != false
     end
   end
 
@@ -37,12 +46,12 @@ module Histories
     def call
       started = Histories.now
       dir = Dir.mktmpdir("histories")
-      @server = FaultyRedisServer.new(appendonly: @row.appendonly).start
-      @proxy = Proxy.new(@server.port) if @row.partition?
+      @backend = Backends.for(@row).start
+      @proxy = Proxy.new(@backend.server.port) if @row.partition?
       measure(dir, started)
     ensure
       @proxy&.close
-      @server&.shutdown
+      @backend&.shutdown
       ENV["KEEP_HISTORIES"] ? warn("#{@row.name}: histories kept in #{dir}") : FileUtils.rm_rf(dir)
     end
 
@@ -52,17 +61,15 @@ module Histories
       plan = plan(dir)
       @stops = []
       children = Array.new(@settings.processes) { |process| spawn_client(plan, process) }
-      admin = Redis.new(url: @server.url, timeout: 5) # after the forks: no child shares its socket
-      faults = inject(admin, plan, children.map(&:first))
+      faults = inject(plan, children.map(&:first))
       end_load(plan)
       unfinished = collect(children, plan)
-      leaks = leftovers(admin)
+      leaks = leftovers
       ops = Checker.load(dir)
       Outcome.new(row: @row, summary: Checker.new(ops, faults: faults).summary, leaks: leaks,
                   errors: ops.select { |op| op[:outcome] == "error" }, unfinished: unfinished, faults: faults,
                   seconds: Histories.now - started)
     ensure
-      admin&.close
       @stops&.each(&:close)
     end
 
@@ -78,11 +85,11 @@ module Histories
     # Process 0 goes through the proxy in a partition row; the others always straight to Redis.
     # Each child gets a pipe of its own to hear when the load ends (#end_load).
     def spawn_client(plan, process)
-      url = @proxy && process.zero? ? @proxy.url : @server.url
+      options = @backend.locker_options(@proxy && process.zero? ? @proxy.url : nil).merge(@row.locker || {})
       stop, @stops[process] = IO.pipe
       child = Bench.fork_reporting do
         @stops.each(&:close)
-        Worker.new(plan, process, url).run(stop)
+        Worker.new(plan, process, options).run(stop)
       end
       stop.close
       child
@@ -95,11 +102,12 @@ module Histories
       @stops.each { |stop| stop.puts(plan.stop_at) }
     end
 
-    def inject(admin, plan, pids)
+    # The backend's admin client is made after the forks: no child shares its socket.
+    def inject(plan, pids)
       return [] unless @row.fault
 
       sleep([plan.start_at + @settings.fault_at - Histories.now, 0].max)
-      target = Target.new(server: @server, admin: admin, prefix: @prefix, pids: pids, proxy: @proxy,
+      target = Target.new(backend: @backend, admin: @backend.admin, prefix: @prefix, pids: pids, proxy: @proxy,
                           await: @settings.await)
       Faults.public_send(@row.fault, target, *@row.args)
     end
@@ -129,10 +137,10 @@ module Histories
     # every release reached Redis: anything left is a leak, at once. After one, a lock whose
     # release was lost (a reset, a restart) goes by itself: it gets its TTL and a hand-off's 2 s
     # first. Fencing counters stay by design (bench/soak.rb, spec/support/helpers.rb `held_keys`).
-    def leftovers(admin)
+    def leftovers
       deadline = Histories.now + (@row.fault ? @settings.timeout + 2.5 : 0)
       loop do
-        keys = admin.keys("*").reject { |key| KeySlots.fencing_counter?(key) }
+        keys = @backend.keys.reject { |key| KeySlots.fencing_counter?(key) }
         return keys if keys.empty? || Histories.now >= deadline
 
         sleep 0.1

@@ -25,10 +25,12 @@ module Histories
   # written as one JSON line to <dir>/p<process>.jsonl once the threads are done (a line per
   # operation as it ends would put file writes inside the timings).
   class Worker
-    def initialize(plan, process, lock_url)
+    # @param locker_options [Hash] where the Locker finds Redis (redis_url, sentinels, cluster), and
+    #   the row's own options (min_replicas)
+    def initialize(plan, process, locker_options)
       @plan = plan
       @process = process
-      @lock_url = lock_url
+      @locker_options = locker_options
     end
 
     # @param stop [IO] where the row sends the load's end once its fault is over: a fault that
@@ -37,7 +39,7 @@ module Histories
     def run(stop)
       Thread.new { (line = stop.gets) && (@plan.stop_at = [Float(line), @plan.stop_at].min) }
       LockManager.configure { |c| c.logger = Logger.new(File.join(@plan.dir, "p#{@process}.log")) }
-      locker = LockManager::Locker.new(redis_url: @lock_url, key_prefix: "#{@plan.row}:", pool_size: @plan.threads)
+      locker = LockManager::Locker.new(**@locker_options, key_prefix: "#{@plan.row}:", pool_size: @plan.threads)
       contenders = Array.new(@plan.threads) { |thread| Contender.new(locker, @plan, @process, thread) }
       threads = contenders.map { |contender| Thread.new { contender.run } }
       finish(threads, contenders)
