@@ -22,6 +22,7 @@
 require_relative "histories/row"
 require_relative "histories/table"
 require_relative "histories/register"
+require_relative "histories/limits"
 
 module Histories
   # The size; the lock `timeout` (TTL) and blocking calls' `wait`; the load around each fault (from
@@ -67,6 +68,14 @@ module Histories
             monotonic: false)
   ].freeze
 
+  # The limiter rows (bench/histories/limits.rb): Redis SIGKILLed and down 0.5 s. Only the
+  # appendonly one in --short (about 5 s).
+  LIMIT_ROWS = [
+    LimitRow.new(name: "limiter: none", down: nil, appendonly: false, exact: true),
+    LimitRow.new(name: "limiter: sigkill redis, no persistence", down: 0.5, appendonly: false, exact: false),
+    LimitRow.new(name: "limiter: sigkill redis, appendonly", down: 0.5, appendonly: true, exact: true)
+  ].freeze
+
   module_function
 
   def main(argv)
@@ -75,8 +84,9 @@ module Histories
     settings = full ? FULL : SHORT
     register = RedisServer.new(own_session: true).start
     outcomes = run(settings, register.url, full)
-    output(outcomes, full, (argv - ["--full", "--short"]).first)
-    verdict(outcomes)
+    limits = run_limits(settings, full)
+    output(outcomes, limits, full, (argv - ["--full", "--short"]).first)
+    verdict(outcomes, limits)
   ensure
     register&.shutdown
   end
@@ -95,14 +105,27 @@ module Histories
     end
   end
 
-  def output(outcomes, full, file)
-    table = full ? Table.markdown(outcomes) : Table.text(outcomes)
+  def run_limits(settings, full)
+    rows = full ? LIMIT_ROWS : LIMIT_ROWS.select(&:appendonly)
+    rows = rows.select { |row| ENV["ROWS"].split(",").any? { |part| row.name.include?(part) } } if ENV["ROWS"]
+    rows.map do |row|
+      LimitRun.new(row, settings).call.tap do |outcome|
+        puts format("%<row>s: %<seconds>.1f s", row: row.name, seconds: outcome.seconds)
+      end
+    end
+  end
+
+  def output(outcomes, limits, full, file)
+    format = full ? :markdown : :text
+    tables = [Table.public_send(format, outcomes), LimitTable.public_send(format, limits)]
+    table = tables.reject { |lines| lines.count("\n") < 2 }.join("\n\n") # a table without rows
     file ? File.write(file, "#{table}\n") : puts(table)
   end
 
   # Exits 1 when a row breaks a documented guarantee, printing why and what the checker saw.
-  def verdict(outcomes)
-    failures = outcomes.flat_map { |outcome| Table.failures(outcome) }
+  def verdict(outcomes, limits)
+    failures = outcomes.flat_map { |outcome| Table.failures(outcome) } +
+               limits.flat_map { |outcome| LimitTable.failures(outcome) }
     outcomes.each do |outcome|
       lines = Table.details(outcome)
       warn("#{outcome.row.name}:", *lines.map { |line| "  #{line}" }) if lines.any?

@@ -23,12 +23,19 @@ module Histories
     end
 
     def markdown(outcomes)
-      lines = [HEADERS, HEADERS.map { "---" }, *outcomes.map { |outcome| cells(outcome) }]
-      lines.map { |cells| "| #{cells.join(" | ")} |" }.join("\n")
+      markdown_of(HEADERS, outcomes.map { |outcome| cells(outcome) })
     end
 
     def text(outcomes)
-      rows = [HEADERS, *outcomes.map { |outcome| cells(outcome) }]
+      text_of(HEADERS, outcomes.map { |outcome| cells(outcome) })
+    end
+
+    def markdown_of(headers, rows)
+      [headers, headers.map { "---" }, *rows].map { |cells| "| #{cells.join(" | ")} |" }.join("\n")
+    end
+
+    def text_of(headers, rows)
+      rows = [headers, *rows]
       widths = rows.transpose.map { |column| column.map(&:size).max }
       rows.map { |cells| cells.zip(widths).map { |cell, width| cell.ljust(width) }.join("  ").rstrip }.join("\n")
     end
@@ -66,6 +73,43 @@ module Histories
     def details(outcome)
       [*outcome.summary.problems, *outcome.unfinished, *outcome.leaks.first(5).map { |key| "leaked key #{key}" },
        *outcome.errors.first(3).map { |op| "error: #{op[:api]} on #{op[:key]}: #{op[:error]}" }]
+    end
+  end
+
+  # The limiter rows' table and verdicts (bench/histories/limits.rb).
+  module LimitTable
+    HEADERS = ["limiter row", "decisions", "admitted", "admitted over the limit", "most admitted within per",
+               "recovery", "errors"].freeze
+
+    module_function
+
+    def cells(outcome)
+      s = outcome.summary
+      busiest = "#{s.busiest} (limit #{LIMIT} per #{PER.to_i} s)"
+      [outcome.row.name, s.decisions, s.admitted, s.over, busiest, recovery(outcome), s.errors].map(&:to_s)
+    end
+
+    def recovery(outcome)
+      return "n/a" if outcome.faults.empty?
+
+      outcome.summary.recovery ? format("%.0f ms", outcome.summary.recovery * 1000) : "none"
+    end
+
+    def markdown(outcomes)
+      Table.markdown_of(HEADERS, outcomes.map { |outcome| cells(outcome) })
+    end
+
+    def text(outcomes)
+      Table.text_of(HEADERS, outcomes.map { |outcome| cells(outcome) })
+    end
+
+    # Over the limit where the row is `exact`; an error without a fault.
+    def failures(outcome)
+      s = outcome.summary
+      counts = {}
+      counts["admitted over the limit"] = s.over if outcome.row.exact
+      counts["errors"] = s.errors unless outcome.row.down
+      counts.select { |_, count| count.positive? }.map { |what, count| "#{outcome.row.name}: #{count} #{what}" }
     end
   end
 end

@@ -2,6 +2,7 @@
 
 require "spec_helper"
 require_relative "../../bench/histories/checker"
+require_relative "../../bench/histories/limit_checker"
 
 # bench/histories.rb's checker can fail: fed made-up histories, it counts each kind of problem it
 # exists to find, and nothing in a clean one. No Redis: the checker only reads what clients recorded.
@@ -76,5 +77,41 @@ RSpec.describe Histories::Checker do
     expect(summary(clean, faults: [fault]).recovery).to be_within(1e-9).of(0.15)
     expect(summary(clean, faults: [fault.merge(pid: nil)]).recovery).to be_within(1e-9).of(0.15)
     expect(summary(clean, faults: [fault.merge(pid: 9)]).recovery).to be_nil
+  end
+end
+
+# The limiter rows' checker: admissions certainly within one window (their calls all between the
+# last one's end less `per` and that end), more than the limit of them.
+RSpec.describe Histories::LimitChecker do
+  def decision(start, admitted: true, took: 0.001)
+    { start: start, end: start + took, admitted: admitted }
+  end
+
+  def summary(decisions, faults: [])
+    described_class.new(decisions, limit: 2, per: 1.0, faults: faults).summary
+  end
+
+  # Two admitted per second, refusals between.
+  let(:clean) do
+    [0.0, 0.1, 1.05, 1.15, 2.1, 2.2].map { |at| decision(at) } + [0.5, 1.5].map { |at| decision(at, admitted: false) }
+  end
+
+  it "counts nothing over the limit in a clean history" do
+    expect(summary(clean).to_h).to include(decisions: 8, admitted: 6, over: 0, busiest: 2, errors: 0)
+  end
+
+  it "counts each admission that ends a window of three (up to 0.5, 1.05 and 1.15), and the busiest" do
+    expect(summary(clean + [decision(0.5)]).to_h).to include(over: 3, busiest: 3)
+  end
+
+  it "does not count a third admission whose call may have been decided out of their window" do
+    expect(summary(clean + [decision(0.5, took: 1.2)]).over).to eq(0)
+  end
+
+  it "counts errors, and measures recovery to the first admission back after the fault" do
+    fault = { kind: "sigkill", start: 0.8, end: 1.0 }
+    result = summary(clean + [{ start: 0.9, end: 0.95, error: "LockManager::ConnectionError" }], faults: [fault])
+    expect(result.errors).to eq(1)
+    expect(result.recovery).to be_within(1e-9).of(0.051)
   end
 end
