@@ -117,8 +117,8 @@ module Histories
 
   def output(outcomes, limits, full, file)
     format = full ? :markdown : :text
-    tables = [Table.public_send(format, outcomes), LimitTable.public_send(format, limits)]
-    table = tables.reject { |lines| lines.count("\n") < 2 }.join("\n\n") # a table without rows
+    tables = [[Table, outcomes], [LimitTable, limits]].reject { |_, rows| rows.empty? }
+    table = tables.map { |kind, rows| kind.public_send(format, rows) }.join("\n\n")
     file ? File.write(file, "#{table}\n") : puts(table)
   end
 
