@@ -7,13 +7,14 @@ module Histories
   module TokenOrder
     module_function
 
-    # Counts the entries whose token is smaller than the largest token of the entries whose
-    # `before` time is earlier than their own `by` time, yielding each with that token.
-    def smaller_than_before(entries, by:, before:)
+    # Counts the entries whose token is not above the largest token of the entries whose `before`
+    # time is earlier than their own `by` time, yielding each with that token. An equal token counts:
+    # every acquisition has a number of its own, so another's equal one was issued twice.
+    def not_above_before(entries, by:, before:)
       largest_before = running_max(entries, by: before)
       entries.sort_by { |entry| entry[by] }.count do |entry|
         largest = largest_before.call(entry[by])
-        largest && entry[:token] < largest && yield(entry, largest)
+        largest && entry[:token] <= largest && yield(entry, largest)
       end
     end
 
@@ -82,13 +83,13 @@ module Histories
       @acquired.group_by { |entry| entry[:key] }.sum { |key, entries| overlaps_on(key, entries) }
     end
 
-    # Writes the register accepted although a write with a larger token had already been
-    # accepted (its answer was back before this write was sent): the register should have
+    # Writes the register accepted although a write with a token as large or larger had already
+    # been accepted (its answer was back before this write was sent): the register should have
     # refused them. Judged from the histories, not from the register's own answer.
     def stale_accepted
       accepted = @entries.select { |entry| entry[:register] == "accepted" }
       accepted.group_by { |entry| entry[:key] }.sum do |key, writes|
-        TokenOrder.smaller_than_before(writes, by: :write_start, before: :write_end) do |entry, largest|
+        TokenOrder.not_above_before(writes, by: :write_start, before: :write_end) do |entry, largest|
           note(:stale, "stale write accepted on #{key}: #{describe(entry)} after token #{largest}")
         end
       end
@@ -98,11 +99,11 @@ module Histories
       @entries.count { |entry| entry[:register] == "rejected" }
     end
 
-    # Acquisitions whose token is smaller than that of an acquisition of the same key that was
-    # made before their call even started: the order Redis granted them in is then certain.
+    # Acquisitions whose token is not above that of an acquisition of the same key that was made
+    # before their call even started: the order Redis granted them in is then certain.
     def regressions
       @acquired.group_by { |entry| entry[:key] }.sum do |key, entries|
-        TokenOrder.smaller_than_before(entries, by: :start, before: :acquired) do |entry, largest|
+        TokenOrder.not_above_before(entries, by: :start, before: :acquired) do |entry, largest|
           note(:regression, "token regression on #{key}: #{describe(entry)} after token #{largest}")
         end
       end

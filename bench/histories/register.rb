@@ -13,14 +13,15 @@ module Histories
   # here; a file would need a lock of its own, the thing under test).
   class Register
     # KEYS[1]: the register of one lock key; ARGV[1]: the writer's fencing token (decimal).
-    # Keeps the largest token accepted; refuses a smaller one; accepts an equal one (the same
-    # holder writing twice). Tokens are compared as decimal strings (length, then bytes), never as
-    # Lua's doubles, so a token above 2^53 compares right too.
+    # Keeps the largest token accepted and refuses any token not above it: a section writes once,
+    # so an equal token is another holder's, given the same number twice (a failover can). Tokens
+    # are compared as decimal strings (length, then bytes), never as Lua's doubles, so a token
+    # above 2^53 compares right too.
     # Returns {1 accepted or 0 rejected, the largest token before this write or ""}.
     WRITE = <<~LUA
       local last = redis.call('GET', KEYS[1])
       local token = ARGV[1]
-      if last and (#token < #last or (#token == #last and token < last)) then
+      if last and (#token < #last or (#token == #last and token <= last)) then
         return {0, last}
       end
       redis.call('SET', KEYS[1], token)

@@ -43,6 +43,11 @@ RSpec.describe Histories::Checker do
     expect(summary(ops).overlaps).to eq(1)
   end
 
+  it "counts a write and an acquisition whose token was issued before, to another holder" do
+    twice = op(pid: 3, token: 11, acquired: 1.6, release: 1.7, start: 1.55)
+    expect(summary(clean + [twice]).to_h).to include(stale_accepted: 1, regressions: 1)
+  end
+
   it "counts a write accepted after a larger token's write came back, and a rejected one" do
     paused = op(pid: 3, token: 9, acquired: 0.5, release: 1.45)
     expect(summary(clean + [paused]).to_h).to include(stale_accepted: 1, stale_rejected: 0)
