@@ -58,14 +58,18 @@ module Histories
   # In --full only (a topology takes seconds to start, a failover seconds more). Without
   # min_replicas a grant the replica missed is lost with the primary (overlaps) and so may be the
   # last tokens issued (regressions); with min_replicas: 1 an acknowledged grant survives the
-  # failover (docs/guarantees.md): no overlap, no regression promised.
+  # failover (docs/guarantees.md): no overlap, no regression promised. A slot migrated loses
+  # nothing written (its keys, the fencing counter with them, move whole; its locks pause
+  # meanwhile: docs/design.md, "Cluster"): no overlap, no regression promised.
   TOPOLOGY_ROWS = [
     Row.new(name: "sentinel failover (sigkill primary)", fault: :failover, args: [20], topology: :sentinel,
             exclusive: false, monotonic: false),
     Row.new(name: "sentinel failover, min_replicas 1", fault: :failover, args: [20], topology: :sentinel,
             locker: { min_replicas: 1 }, exclusive: true),
     Row.new(name: "cluster master sigkill", fault: :kill_master, args: [20], topology: :cluster, exclusive: false,
-            monotonic: false)
+            monotonic: false),
+    Row.new(name: "cluster slot migrated there and back", fault: :migrate_slot, args: [10], topology: :cluster,
+            exclusive: true)
   ].freeze
 
   # The limiter rows (bench/histories/limits.rb): Redis SIGKILLed and down 0.5 s. Only the
