@@ -180,9 +180,11 @@ RSpec.describe "throttle_with under ActiveJob" do
   it "refuses on_limit: :park but for a concurrency rule, and park_limit: but with on_limit: :park" do
     [[{ rate: 5, per: 1, on_limit: :park }, /on_limit: :park is for concurrency: rules/],
      [{ concurrency: 2, park_limit: 10 }, /park_limit: is for on_limit: :park/],
-     [{ concurrency: 2, on_limit: :park, park_limit: 0 }, /park_limit must be an Integer from 1/]].each do |rule, message|
+     [{ concurrency: 2, on_limit: :park, park_limit: 0 },
+      /park_limit must be an Integer from 1/]].each do |rule, message|
       expect { LockManager::JobThrottle.new(**rule) }.to raise_error(ArgumentError, message)
     end
-    expect(LockManager::JobThrottle.new(concurrency: 2, on_limit: :park, park_limit: 10)).to have_attributes(park_limit: 10)
+    expect(LockManager::JobThrottle.new(concurrency: 2, on_limit: :park,
+                                        park_limit: 10)).to have_attributes(park_limit: 10)
   end
 end
