@@ -9,8 +9,9 @@ module LockManager
 
       # Where a throttled job carries what its rules promised it (JobThrottle::Refusal#promises).
       PROMISES = "lock_manager_promises"
-      # What a job pushed again leaves behind (#copy_of).
-      NOT_COPIED = %w[enqueued_at error_class error_message error_backtrace].freeze
+      # What a job pushed again leaves behind (#copy_of): its promises too, which a throttled job's push
+      # sets anew (#with_promises) and a rescheduled one gave back.
+      NOT_COPIED = ["enqueued_at", "error_class", "error_message", "error_backtrace", PROMISES].freeze
 
       # @return what the rest of the chain returned, as every middleware does (perform_inline takes a
       #   falsy value for a job that did not run); nil when the job's lock was held
