@@ -8,6 +8,7 @@ module LockManager
     SETTINGS = %i[
       redis_url pool_size pool_timeout key_prefix connect_timeout read_timeout retry_interval fair on_lost renew
       max_hold sentinels sentinel_master cluster min_replicas replica_timeout on_redis_error
+      tls_ca_file tls_ca_path tls_cert_file tls_key_file tls_verify ssl_params
     ].freeze
 
     # The environment variables that settings not configured come from (the first one set, even empty, wins); the
@@ -15,7 +16,8 @@ module LockManager
     ENVIRONMENT = {
       redis_url: %w[LOCK_MANAGER_REDIS_URL REDIS_URL], key_prefix: %w[LOCK_MANAGER_KEY_PREFIX],
       cluster: %w[LOCK_MANAGER_CLUSTER], sentinels: %w[LOCK_MANAGER_SENTINELS],
-      sentinel_master: %w[LOCK_MANAGER_SENTINEL_MASTER]
+      sentinel_master: %w[LOCK_MANAGER_SENTINEL_MASTER], tls_ca_file: %w[LOCK_MANAGER_TLS_CA_FILE],
+      tls_cert_file: %w[LOCK_MANAGER_TLS_CERT_FILE], tls_key_file: %w[LOCK_MANAGER_TLS_KEY_FILE]
     }.freeze
     LISTS = %i[cluster sentinels].freeze
     DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -34,10 +36,10 @@ module LockManager
       urls.to_s.split(",").map(&:strip).reject(&:empty?)
     end
 
-    attr_writer :redis_url, :sentinels, :cluster
+    attr_writer :redis_url, :sentinels, :cluster, :ssl_params
     attr_accessor :pool_size, :pool_timeout, :key_prefix, :connect_timeout, :read_timeout, :retry_interval, :fair,
                   :on_lost, :renew, :max_hold, :logger, :sentinel_master, :min_replicas, :replica_timeout,
-                  :on_redis_error
+                  :on_redis_error, :tls_ca_file, :tls_ca_path, :tls_cert_file, :tls_key_file, :tls_verify
 
     def initialize
       @redis_url = DEFAULT_REDIS_URL
@@ -54,6 +56,7 @@ module LockManager
       @on_redis_error = :raise # Redis unreachable: :raise, :run (the block runs unlocked) or :skip (as if taken)
       @logger = Logger.new($stderr, progname: "lock_manager", level: Logger::WARN)
       topology_defaults
+      tls_defaults
       Configuration.environment.each { |name, value| instance_variable_set("@#{name}", value) }
     end
 
@@ -64,7 +67,14 @@ module LockManager
       @min_replicas = 0 # replicas that must acknowledge an acquisition (WAIT) before it counts
       @replica_timeout = 0.05 # seconds to wait for those acknowledgements
     end
-    private :topology_defaults
+
+    def tls_defaults
+      @tls_ca_file = @tls_ca_path = nil # the CA that signed the servers' certificates (nil: the system's)
+      @tls_cert_file = @tls_key_file = nil # a client certificate and its key, for servers that ask for one
+      @tls_verify = true # check the server's certificate and name; false only on purpose (logged)
+      @ssl_params = nil # the same, as redis-rb and redis-client take it (ca_file:, cert:, key:, ...)
+    end
+    private :topology_defaults, :tls_defaults
 
     # Shown without its password.
     def redis_url
@@ -78,6 +88,11 @@ module LockManager
 
     def cluster
       Arguments::Topology.redact_all(@cluster)
+    end
+
+    # Shown without a key object's contents.
+    def ssl_params
+      Arguments::Tls.redacted(@ssl_params)
     end
 
     # What Locker.new receives: the real URL, every value checked.
@@ -102,7 +117,9 @@ module LockManager
       replica_timeout: :seconds
     }.transform_values { |check| Arguments.method(check) }.merge(
       { sentinels: :redis_urls, sentinel_master: :optional_name, cluster: :redis_urls, min_replicas: :replicas }
-        .transform_values { |check| Arguments::Topology.method(check) }
+        .transform_values { |check| Arguments::Topology.method(check) },
+      { tls_ca_file: :file, tls_ca_path: :directory, tls_cert_file: :file, tls_key_file: :file, tls_verify: :verify,
+        ssl_params: :ssl_params }.transform_values { |check| Arguments::Tls.method(check) }
     ).freeze
 
     # @return [Hash] the same options, checked
@@ -111,7 +128,10 @@ module LockManager
       raise ArgumentError, "unknown option#{"s" if unknown.size > 1}: #{unknown.join(", ")}" if unknown.any?
 
       checked = options.to_h { |name, value| [name, CHECKS.fetch(name).call(value, name)] }
-      checked.tap { Arguments::Topology.check(checked) }
+      checked.tap do
+        Arguments::Topology.check(checked)
+        Arguments::Tls.check(checked)
+      end
     end
   end
 end

@@ -59,6 +59,11 @@ module LockManager
   # Redis has as many clients as its maxclients allows.
   class TooManyClientsError < ConnectionError; end
 
+  # The TLS handshake failed: the server's certificate is not trusted (tls_ca_file), is for
+  # another name or has expired, or the server refused the client's certificate (tls_cert_file).
+  # The message says which, and where. Not retried: a blocking wait ends at once.
+  class TLSError < ConnectionError; end
+
   # redis_url names a Redis Cluster node (MOVED, ASK, CROSSSLOT).
   class ClusterError < Error; end
 

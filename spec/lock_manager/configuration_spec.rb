@@ -34,7 +34,7 @@ RSpec.describe LockManager::Configuration do
       .to eq(cluster: %w[redis://a:1 redis://b:2], redis_url: "redis://c")
     expect(described_class::ENVIRONMENT.values.flatten).to eq(
       %w[LOCK_MANAGER_REDIS_URL REDIS_URL LOCK_MANAGER_KEY_PREFIX LOCK_MANAGER_CLUSTER LOCK_MANAGER_SENTINELS
-         LOCK_MANAGER_SENTINEL_MASTER]
+         LOCK_MANAGER_SENTINEL_MASTER LOCK_MANAGER_TLS_CA_FILE LOCK_MANAGER_TLS_CERT_FILE LOCK_MANAGER_TLS_KEY_FILE]
     )
   ensure
     saved&.each { |name, value| value ? ENV[name] = value : ENV.delete(name) }

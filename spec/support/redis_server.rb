@@ -6,15 +6,18 @@ require "tmpdir"
 require "redis"
 require_relative "free_port"
 require_relative "stack"
+require_relative "tls_authority"
 
 # A real redis-server on a free loopback port, owned by the suite: it may be stopped, paused
 # and restarted (on the same port) to inject faults. Nothing is persisted.
 class RedisServer
   SETSID = "/usr/bin/setsid"
 
-  attr_reader :port
+  attr_reader :port, :authority
 
-  # @param tls [Boolean] serve TLS only, with a certificate from a throwaway CA (see #ca_file)
+  # @param tls [Boolean, TlsAuthority] serve TLS only, on Redis's defaults (a client certificate
+  #   required), with certificates of a throwaway CA of its own or of the one given (see #tls_settings)
+  # @param server_cert [Array(String, String), nil] another certificate and key to serve
   # @param unix [Boolean] also listen on a unix socket (see #socket)
   # @param own_session [Boolean] run in a session of its own (`setsid`, which execs in place: the
   #   pid stays redis-server's), as a real Redis runs: a service, not a child in its clients'
@@ -22,18 +25,23 @@ class RedisServer
   #   every client thread one CPU share, and 8 threads' lock cycles measured 22-30% slower so
   #   (bench/locks.rb, 2026-11-23). Not for the specs: out of the terminal's process group, the
   #   server would outlive a second Ctrl-C.
-  def initialize(port: FreePort.pick, password: nil, tls: false, unix: false, own_session: false)
+  def initialize(port: FreePort.pick, password: nil, tls: false, server_cert: nil, unix: false, own_session: false)
     @port = port
     @password = password
     @tls = tls
     @unix = unix
     @own_session = own_session && File.executable?(SETSID)
     @dir = Dir.mktmpdir("lock_manager-redis")
-    make_certificates if tls
+    make_certificates(server_cert) if tls
   end
 
   def ca_file
-    File.join(@dir, "ca.crt")
+    @authority.ca_file
+  end
+
+  # The settings of a Locker that talks to this server over TLS, with the client certificate.
+  def tls_settings
+    { tls_ca_file: ca_file, tls_cert_file: @client_cert[0], tls_key_file: @client_cert[1] }
   end
 
   def socket
@@ -87,7 +95,13 @@ class RedisServer
 
   # A plain redis-rb client, for looking at what the gem wrote.
   def client
-    return Redis.new(url: url, timeout: 2, ssl_params: { ca_file: ca_file }) if @tls
+    if @tls
+      cert, key = @client_cert.map { |path| File.read(path) }
+      ssl_params = { ca_file: ca_file, cert: OpenSSL::X509::Certificate.new(cert), key: OpenSSL::PKey.read(key) }
+      # A certificate given to the server may be one made to fail checks: this client only looks.
+      ssl_params[:verify_mode] = OpenSSL::SSL::VERIFY_NONE if @own_cert
+      return Redis.new(url: url, timeout: 2, ssl_params: ssl_params)
+    end
 
     Redis.new(url: url, timeout: 2)
   end
@@ -102,21 +116,15 @@ class RedisServer
   end
 
   def tls_arguments
-    ["--port", "0", "--tls-port", port.to_s, "--tls-cert-file", File.join(@dir, "server.crt"),
-     "--tls-key-file", File.join(@dir, "server.key"), "--tls-ca-cert-file", ca_file, "--tls-auth-clients", "no"]
+    ["--port", "0", "--tls-port", port.to_s, "--tls-cert-file", @server_cert[0], "--tls-key-file", @server_cert[1],
+     "--tls-ca-cert-file", ca_file]
   end
 
-  def make_certificates
-    Dir.chdir(@dir) do
-      File.write("san.ext", "subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-      [%w[req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=lock_manager-test-ca -keyout ca.key -out ca.crt],
-       %w[req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server.key -out server.csr],
-       %w[x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext -out server.crt]]
-        .each do |args|
-        system("openssl", *args, out: File::NULL,
-                                 err: File::NULL) || raise("openssl #{args.first} failed")
-      end
-    end
+  def make_certificates(server_cert)
+    @authority = @tls.is_a?(TlsAuthority) ? @tls : TlsAuthority.new(File.join(@dir, "tls"))
+    @own_cert = !server_cert.nil?
+    @server_cert = server_cert || @authority.issue("server-#{port}")
+    @client_cert = @authority.issue("client-#{port}")
   end
 
   def wait_until_ready

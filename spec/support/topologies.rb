@@ -80,8 +80,9 @@ class TopologyNode < RedisServer
   end
 
   # @param args [Array<String>] more redis-server options
-  def initialize(args: [], password: nil)
-    super(password: password)
+  # @param tls [TlsAuthority, nil] serve TLS only, and replicate over TLS (see RedisServer)
+  def initialize(args: [], password: nil, tls: nil)
+    super(password: password, tls: tls || false)
     @args = args
   end
 
@@ -150,6 +151,7 @@ class TopologyNode < RedisServer
   def arguments
     args = base_arguments
     args += ["--requirepass", @password, "--masterauth", @password] if @password
+    args += [*tls_arguments, "--tls-replication", "yes"] if @tls
     args + @args
   end
 
@@ -187,8 +189,9 @@ class ClusterNode < TopologyNode
   attr_reader :bus_port
 
   # @param node_timeout [Integer] ms without an answer before a node is failing (cluster-node-timeout)
-  def initialize(node_timeout: 1000)
-    super()
+  # @param tls [TlsAuthority, nil] clients, replication and the cluster bus over TLS only
+  def initialize(node_timeout: 1000, tls: nil)
+    super(tls: tls)
     @node_timeout = node_timeout
     @bus_port = FreePort.pick # never the node's own: that one is reserved already
   end
@@ -210,7 +213,8 @@ class ClusterNode < TopologyNode
              "--cluster-config-file", File.join(@dir, "nodes.conf"), "--cluster-node-timeout", @node_timeout.to_s,
              "--cluster-require-full-coverage", "no", # the other masters serve on while one fails over
              "--cluster-replica-validity-factor", "0", # a replica fails over however long its link was down
-             "--cluster-allow-replica-migration", "no"] # every master keeps the replica it was given
+             "--cluster-allow-replica-migration", "no", # every master keeps the replica it was given
+             *(@tls ? %w[--tls-cluster yes] : [])]
   end
 end
 
@@ -224,8 +228,8 @@ class SentinelNode < TopologyNode
   # not 30 s, after the sentinel itself was paused or starved of CPU for 2 s.
   PERIODS = { "info-period" => 1000, "publish-period" => 500, "tilt-period" => 5000 }.freeze
 
-  def initialize(config, password: nil)
-    super(password: password)
+  def initialize(config, password: nil, tls: nil)
+    super(password: password, tls: tls)
     @config = config
   end
 
@@ -238,9 +242,17 @@ class SentinelNode < TopologyNode
   def arguments
     path = File.join(@dir, "sentinel.conf")
     unless File.exist?(path)
-      File.write(path, "port #{port}\nbind 127.0.0.1\ndir #{@dir}\nlogfile #{log_file}\n#{@config}")
+      File.write(path, "port #{port}\nbind 127.0.0.1\ndir #{@dir}\nlogfile #{log_file}\n#{tls_config}#{@config}")
     end
     [path, "--sentinel"]
+  end
+
+  # Clients, other sentinels and the data nodes over TLS only, with this node's certificate.
+  def tls_config
+    return "" unless @tls
+
+    "port 0\ntls-port #{port}\ntls-cert-file #{@server_cert[0]}\ntls-key-file #{@server_cert[1]}\n" \
+      "tls-ca-cert-file #{ca_file}\ntls-replication yes\n"
   end
 end
 
@@ -454,9 +466,10 @@ class RedisCluster
   # @param replicas [Boolean] one replica per master (false: masters only, for benchmarks that
   #   compare a Cluster's routing with one server's)
   # @param node_timeout [Integer] cluster-node-timeout in ms: how soon a replica takes a dead master's place
-  def initialize(masters: 3, replicas: true, node_timeout: 1000)
+  # @param tls [TlsAuthority, nil] every node on TLS only, with client certificates
+  def initialize(masters: 3, replicas: true, node_timeout: 1000, tls: nil)
     @masters = masters
-    @nodes = Array.new(replicas ? masters * 2 : masters) { ClusterNode.new(node_timeout: node_timeout) }
+    @nodes = Array.new(replicas ? masters * 2 : masters) { ClusterNode.new(node_timeout: node_timeout, tls: tls) }
     @killed_slots = {}
   end
 
@@ -491,7 +504,7 @@ class RedisCluster
   end
 
   def seed_urls
-    masters.map { |master| "redis://127.0.0.1:#{master.port}" }
+    masters.map { |master| "#{master.url[/\A\w+/]}://127.0.0.1:#{master.port}" }
   end
 
   # A cluster-mode redis-rb client, for looking at what the gem wrote.
@@ -626,13 +639,14 @@ class RedisSentinelSet
   # @param down_after [Integer] ms without an answer before the sentinels fail the primary over. A
   #   sentinel starts that clock for a new primary when a failover names it; on a loaded machine its
   #   first PONG can take over a second, and a second failover would follow the first.
-  def initialize(name: "mymaster", password: nil, sentinel_password: nil, down_after: 2000)
+  # @param tls [TlsAuthority, nil] every node, sentinels too, on TLS only with client certificates
+  def initialize(name: "mymaster", password: nil, sentinel_password: nil, down_after: 2000, tls: nil)
     @name = name
     @down_after = down_after
     @password = password
     @sentinel_password = sentinel_password
-    @data_nodes = Array.new(2) { TopologyNode.new(password: password) }
-    @sentinels = Array.new(SENTINELS) { SentinelNode.new(sentinel_config, password: sentinel_password) }
+    @data_nodes = Array.new(2) { TopologyNode.new(password: password, tls: tls) }
+    @sentinels = Array.new(SENTINELS) { SentinelNode.new(sentinel_config, password: sentinel_password, tls: tls) }
   end
 
   # The replica is linked before the sentinels start: a sentinel asks a master's INFO for its
@@ -660,7 +674,7 @@ class RedisSentinelSet
 
   def sentinel_urls
     credentials = @sentinel_password ? ":#{@sentinel_password}@" : ""
-    sentinels.map { |sentinel| "redis://#{credentials}127.0.0.1:#{sentinel.port}" }
+    sentinels.map { |sentinel| "#{sentinel.url[/\A\w+/]}://#{credentials}127.0.0.1:#{sentinel.port}" }
   end
 
   def master_url

@@ -16,7 +16,8 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lock_manager::{
-    Claim, Interrupt, LockCore, LockError, LockSettings, PoolSettings, Renewal, Request, Topology,
+    Claim, Interrupt, LockCore, LockError, LockSettings, PoolSettings, Renewal, Request, Tls,
+    Topology,
 };
 
 struct Workload {
@@ -51,6 +52,7 @@ fn main() -> Result<(), LockError> {
             pool_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
             read_timeout: Duration::from_secs(5),
+            tls: Tls::default(),
         },
         key_prefix: b"lock:".to_vec(),
         retry_interval: Duration::from_millis(100),

@@ -15,7 +15,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::{
-    ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo, RedisError, RedisResult,
+    ClientTlsConfig, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo, RedisError,
+    RedisResult, TlsCertificates,
 };
 
 use crate::gvl;
@@ -76,6 +77,16 @@ impl Connector {
         }
     }
 
+    /// Whether its connections are TLS ones (see `gvl::with_signals_held`).
+    pub fn is_tls(&self) -> bool {
+        let tls = |info: &ConnectionInfo| matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+        match self {
+            Connector::Direct(client) => tls(client.get_connection_info()),
+            Connector::Sentinel(master) => tls(&master.primary_template),
+            Connector::AnyOf(any) => any.clients.iter().any(|c| tls(c.get_connection_info())),
+        }
+    }
+
     /// Bumped when the server behind this connector changed (Sentinel's `+switch-master`):
     /// connections opened before lead to the old one.
     pub fn generation(&self) -> u64 {
@@ -95,12 +106,62 @@ impl Connector {
     }
 }
 
+/// What a Locker's `rediss://` connections trust and present beyond their URL: the CA of its
+/// settings (instead of the system's), a client certificate (mutual TLS), and whether the
+/// server's certificate is checked at all. Applied to every server a Locker talks to: the one
+/// Redis, the sentinels and the primary they name, every Cluster node.
+#[derive(Clone, Debug, Default)]
+pub struct Tls {
+    certificates: Option<TlsCertificates>,
+    insecure: bool,
+}
+
+impl Tls {
+    /// PEM bytes, read and checked by the Ruby layer: `ca` (one or more certificates),
+    /// `client` (certificate chain, private key); `verify` false trusts any certificate.
+    pub fn new(ca: Option<Vec<u8>>, client: Option<(Vec<u8>, Vec<u8>)>, verify: bool) -> Tls {
+        let client_tls = client.map(|(client_cert, client_key)| ClientTlsConfig {
+            client_cert,
+            client_key,
+        });
+        let certificates = (ca.is_some() || client_tls.is_some()).then_some(TlsCertificates {
+            client_tls,
+            root_cert: ca,
+        });
+        Tls {
+            certificates,
+            insecure: !verify,
+        }
+    }
+
+    /// A client of `info`: a `rediss://` address with this TLS, any other as it is.
+    pub fn client(&self, mut info: ConnectionInfo) -> RedisResult<redis::Client> {
+        let ConnectionAddr::TcpTls { host, port, .. } = info.addr() else {
+            return redis::Client::open(info);
+        };
+        if self.insecure {
+            let addr = ConnectionAddr::TcpTls {
+                host: host.clone(),
+                port: *port,
+                insecure: true,
+                tls_params: None,
+            };
+            info = info.set_addr(addr);
+        }
+        match &self.certificates {
+            Some(certificates) => redis::Client::build_with_tls(info, certificates.clone()),
+            None => redis::Client::open(info),
+        }
+    }
+}
+
 /// The primary of one Sentinel-monitored master.
 pub struct SentinelMaster {
     name: String,
     sentinels: Vec<ConnectionInfo>,
     /// `redis_url`'s credentials, database and TLS: the primary's address replaces its own.
     primary_template: ConnectionInfo,
+    tls: Tls,
     /// The address last named, for messages.
     current: Mutex<Option<String>>,
     /// The sentinel that answered last: asked first next time.
@@ -112,11 +173,12 @@ pub struct SentinelMaster {
 
 impl SentinelMaster {
     /// `sentinels`: URLs of sentinels (with their own password, if any); `redis_url`: the
-    /// primary's credentials, database and TLS.
+    /// primary's credentials, database and TLS; `tls`: for both.
     pub fn new(
         name: &str,
         sentinels: &[String],
         redis_url: &str,
+        tls: Tls,
     ) -> Result<Arc<SentinelMaster>, String> {
         let sentinels = sentinels
             .iter()
@@ -127,6 +189,7 @@ impl SentinelMaster {
             name: name.to_owned(),
             sentinels,
             primary_template,
+            tls,
             current: Mutex::new(None),
             answered: AtomicUsize::new(0),
             generation: AtomicU64::new(0),
@@ -150,7 +213,10 @@ impl SentinelMaster {
         if let Ok(mut current) = self.current.lock() {
             *current = Some(addr.clone());
         }
-        let mut conn = redis::Client::open(info)?.get_connection_with_timeout(timeout)?;
+        let mut conn = self
+            .tls
+            .client(info)?
+            .get_connection_with_timeout(timeout)?;
         conn.set_read_timeout(Some(timeout))?;
         let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut conn)?;
         match role.first() {
@@ -176,7 +242,7 @@ impl SentinelMaster {
             let sentinel = &self.sentinels[at];
             let left = deadline.saturating_duration_since(Instant::now());
             let share = (left / u32::try_from(count - asked_before).unwrap_or(1)).max(MIN_ASK);
-            match ask_sentinel(sentinel, &self.name, share) {
+            match ask_sentinel(&self.tls, sentinel, &self.name, share) {
                 Ok(Some((host, port))) => {
                     self.answered.store(at, Ordering::Relaxed);
                     let addr = with_host_port(self.primary_template.addr(), host, port);
@@ -220,13 +286,15 @@ impl SentinelMaster {
 /// `SENTINEL GET-MASTER-ADDR-BY-NAME` within `timeout` (connect, handshake and reply): `None`
 /// when this sentinel does not know the name.
 fn ask_sentinel(
+    tls: &Tls,
     sentinel: &ConnectionInfo,
     name: &str,
     timeout: Duration,
 ) -> RedisResult<Option<(String, u16)>> {
     let started = Instant::now();
-    let client = redis::Client::open(sentinel.clone())?;
-    let mut conn = client.get_connection_with_timeout(timeout)?;
+    let mut conn = tls
+        .client(sentinel.clone())?
+        .get_connection_with_timeout(timeout)?;
     let left = timeout.saturating_sub(started.elapsed()).max(MIN_ASK);
     conn.set_read_timeout(Some(left))?;
     conn.set_write_timeout(Some(left))?;
@@ -244,9 +312,9 @@ fn watch_switches(master: &Weak<SentinelMaster>) {
             return;
         };
         let sentinel = strong.sentinels[at % strong.sentinels.len()].clone();
-        let name = strong.name.clone();
+        let (name, tls) = (strong.name.clone(), strong.tls.clone());
         drop(strong);
-        let _ = listen_for_switches(master, &sentinel, &name);
+        let _ = listen_for_switches(master, &tls, sentinel, &name);
         at += 1;
         thread::sleep(WATCH_PAUSE);
     }
@@ -254,11 +322,13 @@ fn watch_switches(master: &Weak<SentinelMaster>) {
 
 fn listen_for_switches(
     master: &Weak<SentinelMaster>,
-    sentinel: &ConnectionInfo,
+    tls: &Tls,
+    sentinel: ConnectionInfo,
     name: &str,
 ) -> RedisResult<()> {
-    let mut conn =
-        redis::Client::open(sentinel.clone())?.get_connection_with_timeout(WATCH_POLL)?;
+    let mut conn = tls
+        .client(sentinel)?
+        .get_connection_with_timeout(WATCH_POLL)?;
     conn.set_read_timeout(Some(WATCH_POLL))?;
     let mut pubsub = conn.as_pubsub();
     pubsub.subscribe("+switch-master")?;
@@ -360,6 +430,7 @@ mod tests {
             "mymaster",
             &["redis://:sentinel-secret@127.0.0.1:26379".to_owned()],
             "redis://:master-secret@127.0.0.1:6379/0",
+            Tls::default(),
         )
         .unwrap();
         let described = Connector::Sentinel(master).describe();

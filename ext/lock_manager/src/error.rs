@@ -26,6 +26,9 @@ pub enum LockError {
     Cluster { addr: String, reply: String },
     /// Redis refused our credentials (WRONGPASS, NOAUTH): retrying will not help.
     Authentication { addr: String, cause: String },
+    /// The TLS handshake failed (a certificate not trusted, expired, for another name, or
+    /// missing): retrying will not help.
+    Tls { addr: String, cause: String },
     /// The Redis user may not run our commands on these keys (NOPERM).
     Permission { addr: String, reply: String },
     /// Redis is out of memory and refuses writes (OOM).
@@ -120,6 +123,9 @@ impl fmt::Display for LockError {
                     f,
                     "Redis at {addr} refused the credentials of redis_url: {cause}"
                 )
+            }
+            LockError::Tls { addr, cause } => {
+                write!(f, "TLS with Redis at {addr} failed: {cause}")
             }
             LockError::Permission { addr, reply } => {
                 write!(

@@ -141,6 +141,39 @@ pub fn block_signals_in_this_thread() {
     }
 }
 
+/// Runs `io`, a round trip on a TLS connection, with the asynchronous signals held back in the
+/// calling thread. rustls retries a read that a signal cut short, each time with a fresh
+/// `read_timeout`: Ruby's timer signal, sent every 100 ms while threads share the GVL, would keep
+/// a read from a silent server going for ever, and the signal of an interrupt (`raise`) would be
+/// swallowed. Held back, a signal waits until the read ends, by its reply or by `read_timeout`:
+/// on a TLS connection an interrupt is seen within `read_timeout`. (Faults such as SIGSEGV are
+/// never held.)
+pub fn with_signals_held<T>(io: impl FnOnce() -> T) -> T {
+    struct Restore(libc::sigset_t);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
+        }
+    }
+    let _restore = unsafe {
+        let mut held: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut held);
+        for fault in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGABRT,
+        ] {
+            libc::sigdelset(&mut held, fault);
+        }
+        let mut previous: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &held, &mut previous);
+        Restore(previous)
+    };
+    io()
+}
+
 struct Call<F, R> {
     work: Option<F>,
     outcome: Option<Result<R, LockError>>,

@@ -28,6 +28,7 @@ mod wait;
 mod waker;
 
 pub use claims::{ClaimRequest, Claimed};
+pub use connector::Tls;
 pub use error::LockError;
 pub use gvl::Interrupt;
 pub use keys::KeySpace;

@@ -14,11 +14,11 @@ use r2d2::ManageConnection;
 use redis::{ConnectionLike, RedisError};
 use scheduled_thread_pool::ScheduledThreadPool;
 
-use crate::connector::Connector;
+use crate::connector::{Connector, Tls};
 use crate::error::LockError;
-use crate::gvl::Interrupt;
+use crate::gvl::{self, Interrupt};
 use crate::per_process::PerProcess;
-use crate::replies::{is_authentication, is_signalled};
+use crate::replies::{broken, is_authentication, is_signalled, tls_failure};
 
 /// How often a waiting checkout looks at its interrupt flag.
 const CHECKOUT_SLICE: Duration = Duration::from_millis(10);
@@ -44,6 +44,7 @@ pub struct PoolSettings {
     pub pool_timeout: Duration,
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
+    pub tls: Tls,
 }
 
 /// Which Redis set-up a Locker talks to (see `router.rs`).
@@ -69,6 +70,19 @@ pub struct Conn {
     pub poisoned: bool,
     /// The connector's generation when it was opened (see `Connector::generation`).
     generation: u64,
+    /// A TLS connection: its round trips run with signals held (`gvl::with_signals_held`).
+    tls: bool,
+}
+
+impl Conn {
+    /// Runs `io` on the connection; on a TLS one, with signals held.
+    pub fn run<T>(&mut self, io: impl FnOnce(&mut redis::Connection) -> T) -> T {
+        if self.tls {
+            gvl::with_signals_held(|| io(&mut self.redis))
+        } else {
+            io(&mut self.redis)
+        }
+    }
 }
 
 /// Whether Redis answered our last connection attempt.
@@ -95,6 +109,8 @@ enum ConnectFailure {
     TimedOut,
     /// Redis refused our credentials: r2d2's background retries stop asking it (see `connect`).
     Refused,
+    /// The TLS handshake failed (`tls_failure`): not asked again in the background either.
+    Tls,
 }
 
 pub struct Manager {
@@ -114,7 +130,7 @@ impl ManageConnection for Manager {
         if self.health.waiting.load(Ordering::Acquire) == 0 && self.last_failure_was_refused() {
             return Err(RedisError::from((
                 redis::ErrorKind::AuthenticationFailed,
-                "credentials refused; not retried in the background",
+                "credentials or certificate refused; not retried in the background",
             )));
         }
         let mut connected = self.connect_once();
@@ -132,6 +148,8 @@ impl ManageConnection for Manager {
                 if let Ok(mut last) = self.health.last_failure.lock() {
                     *last = if is_authentication(error) {
                         (error.to_string(), ConnectFailure::Refused)
+                    } else if let Some(cause) = tls_failure(error) {
+                        (cause, ConnectFailure::Tls)
                     } else if error.is_timeout() {
                         let timeout = self.connect_timeout.as_secs_f64();
                         let cause = format!("no answer within connect_timeout ({timeout:.3}s)");
@@ -148,6 +166,7 @@ impl ManageConnection for Manager {
             redis,
             poisoned: false,
             generation,
+            tls: self.connector.is_tls(),
         })
     }
 
@@ -165,7 +184,7 @@ impl Manager {
         self.health
             .last_failure
             .lock()
-            .is_ok_and(|last| last.1 == ConnectFailure::Refused)
+            .is_ok_and(|last| matches!(last.1, ConnectFailure::Refused | ConnectFailure::Tls))
     }
 
     fn connect_once(&self) -> Result<(redis::Connection, u64), RedisError> {
@@ -245,7 +264,7 @@ impl Pool {
         health: &Health,
         conn: &mut PooledConn,
     ) -> Result<(), LockError> {
-        match read_maxmemory_policy(&mut conn.redis) {
+        match conn.run(read_maxmemory_policy) {
             Ok(policy) => {
                 let _ = health.maxmemory_policy.set(policy);
                 Ok(())
@@ -255,7 +274,12 @@ impl Pool {
                 // A signal cut it short: back to Ruby, which raises or resumes the call.
                 match is_signalled(&error) {
                     true => Err(LockError::Interrupted),
-                    false => Err(LockError::connection(&self.addr(), error)),
+                    false => Err(broken(
+                        &self.addr(),
+                        &error,
+                        self.settings.read_timeout,
+                        false,
+                    )),
                 }
             }
         }
@@ -306,6 +330,7 @@ impl Pool {
         let addr = self.addr();
         match failure {
             ConnectFailure::Refused => LockError::Authentication { addr, cause },
+            ConnectFailure::Tls => LockError::Tls { addr, cause },
             _ => LockError::Connection {
                 addr,
                 cause,

@@ -115,6 +115,72 @@ pub fn is_signalled(error: &RedisError) -> bool {
             .ends_with(&format!("(os error {})", libc::EINTR))
 }
 
+/// What failed in a TLS handshake, for a user to act on, or `None` when `error` is no TLS
+/// failure. rustls's errors reach us only as text (see `is_signalled`): "invalid peer
+/// certificate: ..." is about the server's certificate, "received fatal alert: ..." is the
+/// server refusing ours.
+pub fn tls_failure(error: &RedisError) -> Option<String> {
+    let text = error.to_string();
+    if let Some((_, what)) = text.split_once("invalid peer certificate: ") {
+        return Some(server_certificate_refused(what.trim()));
+    }
+    let (_, alert) = text.split_once("received fatal alert: ")?;
+    Some(client_certificate_refused(alert.trim()))
+}
+
+fn server_certificate_refused(what: &str) -> String {
+    let why = if what == "UnknownIssuer" {
+        "is not signed by a CA this client trusts (set tls_ca_file to the CA that signed it)"
+    } else if what.contains("not valid for name") {
+        "is for another name (hostname mismatch: connect by a name it was issued for)"
+    } else if what.contains("expired") || what == "Expired" {
+        "has expired"
+    } else if what.contains("not valid yet") || what == "NotValidYet" {
+        "is not valid yet"
+    } else {
+        "is not accepted"
+    };
+    format!("the server's certificate {why} ({what})")
+}
+
+fn client_certificate_refused(alert: &str) -> String {
+    let why = match alert {
+        "CertificateRequired" => {
+            "the server requires a client certificate (set tls_cert_file and tls_key_file)"
+        }
+        "UnknownCA" | "BadCertificate" | "CertificateUnknown" => {
+            "the server does not trust this client's certificate \
+             (not signed by a CA of its tls-ca-cert-file)"
+        }
+        "CertificateExpired" => "the server says this client's certificate has expired",
+        _ => "the server ended the handshake (a client certificate missing or refused?)",
+    };
+    format!("{why} (alert {alert})")
+}
+
+/// What a connection that failed under a command comes to: a TLS failure, a timeout (the
+/// reply did not come within `read_timeout`), or Redis unreachable. `undone`: an undo was sent.
+pub fn broken(addr: &str, error: &RedisError, read_timeout: Duration, undone: bool) -> LockError {
+    if let Some(cause) = tls_failure(error) {
+        return LockError::Tls {
+            addr: addr.to_owned(),
+            cause,
+        };
+    }
+    let cause = if error.is_timeout() {
+        let timeout = read_timeout.as_secs_f64();
+        format!("no reply within read_timeout ({timeout:.3}s)")
+    } else {
+        error.to_string()
+    };
+    LockError::Connection {
+        addr: addr.to_owned(),
+        cause,
+        timed_out: error.is_timeout(),
+        undone,
+    }
+}
+
 /// Redis refused our credentials (at connect, or in a reply).
 pub fn is_authentication(error: &RedisError) -> bool {
     error.kind() == redis::ErrorKind::AuthenticationFailed

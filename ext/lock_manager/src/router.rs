@@ -13,10 +13,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use redis::{ConnectionInfo, RedisResult, Value};
+use redis::{ConnectionAddr, ConnectionInfo, RedisResult, Value};
 
 use crate::connector::{connection_info, display_addr, node_info, Connector, SentinelMaster};
 use crate::error::{LockError, Unavailable};
+use crate::gvl;
 use crate::keys::{hash_slot, SLOTS};
 use crate::pool::{Pool, PoolSettings, Topology};
 
@@ -34,7 +35,9 @@ impl Router {
             Topology::Standalone => {
                 let info = connection_info(&settings.redis_url, "redis_url")
                     .map_err(LockError::Argument)?;
-                let client = redis::Client::open(info)
+                let client = settings
+                    .tls
+                    .client(info)
                     .map_err(|e| LockError::Argument(format!("redis_url is not usable: {e}")))?;
                 Ok(Router::One(Arc::new(Pool::new(
                     settings,
@@ -42,8 +45,13 @@ impl Router {
                 ))))
             }
             Topology::Sentinel { sentinels, master } => {
-                let master = SentinelMaster::new(&master, &sentinels, &settings.redis_url)
-                    .map_err(LockError::Argument)?;
+                let master = SentinelMaster::new(
+                    &master,
+                    &sentinels,
+                    &settings.redis_url,
+                    settings.tls.clone(),
+                )
+                .map_err(LockError::Argument)?;
                 let connector = Connector::Sentinel(master);
                 Ok(Router::One(Arc::new(Pool::new(settings, connector))))
             }
@@ -203,7 +211,7 @@ impl ClusterRouter {
         if let Some(pool) = nodes.get(&key) {
             return Some(Arc::clone(pool));
         }
-        let client = redis::Client::open(info).ok()?;
+        let client = self.settings.tls.client(info).ok()?;
         let pool = Arc::new(Pool::new(
             self.settings.clone(),
             Connector::Direct(Box::new(client)),
@@ -274,9 +282,17 @@ impl ClusterRouter {
     /// `CLUSTER SLOTS` of one node: (first slot, last slot, "host:port" of its primary).
     fn slot_map_of(&self, info: &ConnectionInfo) -> RedisResult<Vec<(u16, u16, String)>> {
         let timeout = self.settings.connect_timeout;
-        let mut conn = redis::Client::open(info.clone())?.get_connection_with_timeout(timeout)?;
-        conn.set_read_timeout(Some(self.settings.read_timeout))?;
-        let reply: Vec<Vec<Value>> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut conn)?;
+        let client = self.settings.tls.client(info.clone())?;
+        let ask = || -> RedisResult<Vec<Vec<Value>>> {
+            let mut conn = client.get_connection_with_timeout(timeout)?;
+            conn.set_read_timeout(Some(self.settings.read_timeout))?;
+            redis::cmd("CLUSTER").arg("SLOTS").query(&mut conn)
+        };
+        // Asked from a Ruby thread: over TLS, with signals held (see `gvl::with_signals_held`).
+        let reply = match info.addr() {
+            ConnectionAddr::TcpTls { .. } => gvl::with_signals_held(ask)?,
+            _ => ask()?,
+        };
         let asked = display_addr(info.addr());
         Ok(reply
             .iter()
@@ -289,7 +305,7 @@ impl ClusterRouter {
         let clients = self
             .seeds
             .iter()
-            .filter_map(|info| redis::Client::open(info.clone()).ok())
+            .filter_map(|info| self.settings.tls.client(info.clone()).ok())
             .collect();
         Connector::any_of(clients)
     }

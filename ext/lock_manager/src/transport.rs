@@ -11,7 +11,7 @@ use redis::{RedisError, RedisResult};
 use crate::error::LockError;
 use crate::gvl::Interrupt;
 use crate::pool::{Pool, STRAY_SIGNAL_RETRIES};
-use crate::replies::{classify, cluster_redirect, refusal, Failure, Redirect};
+use crate::replies::{broken, classify, cluster_redirect, refusal, Failure, Redirect};
 use crate::router::Router;
 
 /// How often a round trip follows MOVED before it gives up (each one updates the slot map).
@@ -77,14 +77,15 @@ impl Router {
                 checked_out => checked_out?,
             };
             interrupt.check()?;
-            let error = match command(&mut conn.redis, tries.sent) {
+            let sent = tries.sent;
+            let error = match conn.run(|redis| command(redis, sent)) {
                 Ok(value) => return Ok(value),
                 Err(error) => error,
             };
             let failure = classify(error, undo.is_some(), interrupt.takes_signals_to_ruby());
             conn.poisoned = !failure.keeps_connection();
             if let (Failure::Interrupted | Failure::Unusable(_), Some(undo)) = (&failure, undo) {
-                undo(&mut conn.redis);
+                conn.run(undo);
             }
             drop(conn);
             let addr = pool.addr();
@@ -162,20 +163,7 @@ impl Router {
 
     /// `undone`: an undo of the command was sent after it.
     fn connection_error(&self, addr: &str, error: &RedisError, undone: bool) -> LockError {
-        let cause = if error.is_timeout() {
-            format!(
-                "no reply within read_timeout ({:.3}s)",
-                self.settings().read_timeout.as_secs_f64()
-            )
-        } else {
-            error.to_string()
-        };
-        LockError::Connection {
-            addr: addr.to_owned(),
-            cause,
-            timed_out: error.is_timeout(),
-            undone,
-        }
+        broken(addr, error, self.settings().read_timeout, undone)
     }
 }
 
@@ -191,7 +179,7 @@ pub(crate) fn on_node<T>(
     loop {
         let mut conn = pool.checkout(interrupt)?;
         interrupt.check()?;
-        let error = match command(&mut conn.redis) {
+        let error = match conn.run(&mut command) {
             Ok(value) => return Ok(value),
             Err(error) => error,
         };
@@ -203,12 +191,8 @@ pub(crate) fn on_node<T>(
             Failure::Interrupted => return Err(LockError::Interrupted),
             Failure::Refused(error) => return Err(refusal(&pool.addr(), &error)),
             Failure::Dropped(error) | Failure::Signalled(error) | Failure::Unusable(error) => {
-                return Err(LockError::Connection {
-                    addr: pool.addr(),
-                    cause: error.to_string(),
-                    timed_out: error.is_timeout(),
-                    undone: false,
-                })
+                let read_timeout = pool.settings().read_timeout;
+                return Err(broken(&pool.addr(), &error, read_timeout, false));
             }
         }
     }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use lock_manager::{
     Claim, ClaimRequest, Claimed, Interrupt, KeySpace, LockCore, LockError, LockSettings,
-    PoolSettings, Renewal, Request, Topology,
+    PoolSettings, Renewal, Request, Tls, Topology,
 };
 
 struct RedisServer {
@@ -92,6 +92,7 @@ fn core(url: &str, pool_size: u32) -> LockCore {
             pool_timeout: Duration::from_millis(500),
             connect_timeout: Duration::from_millis(500),
             read_timeout: Duration::from_millis(500),
+            tls: Tls::default(),
         },
         key_prefix: b"t:".to_vec(),
         retry_interval: Duration::from_millis(20),
@@ -422,6 +423,7 @@ fn an_unparseable_url_is_an_argument_error() {
             pool_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
             read_timeout: Duration::from_secs(1),
+            tls: Tls::default(),
         },
         key_prefix: vec![],
         retry_interval: Duration::from_millis(10),

@@ -61,7 +61,7 @@ module LockManager
       # The settings as they may be shown: every URL without its password.
       def redacted(settings)
         settings.merge(redis_url: Arguments.redact(settings[:redis_url]), sentinels: redact_all(settings[:sentinels]),
-                       cluster: redact_all(settings[:cluster]))
+                       cluster: redact_all(settings[:cluster]), ssl_params: Tls.redacted(settings[:ssl_params]))
       end
 
       # A list of URLs, or what was given instead of one, as it may be shown.

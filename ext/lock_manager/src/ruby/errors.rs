@@ -28,6 +28,7 @@ struct Classes {
     cluster: Opaque<ExceptionClass>,
     already_held: Opaque<ExceptionClass>,
     not_replicated: Opaque<ExceptionClass>,
+    tls: Opaque<ExceptionClass>,
 }
 
 static CLASSES: OnceLock<Classes> = OnceLock::new();
@@ -43,6 +44,7 @@ pub fn init(lock_manager: RModule) -> Result<(), Error> {
         connection: class("ConnectionError")?,
         timeout: class("TimeoutError")?,
         authentication: class("AuthenticationError")?,
+        tls: class("TLSError")?,
         permission: class("PermissionError")?,
         out_of_memory: class("OutOfMemoryError")?,
         pool_timeout: class("PoolTimeout")?,
@@ -84,6 +86,7 @@ pub fn for_subject(ruby: &Ruby, error: LockError, subject: &dyn std::fmt::Displa
         } => c.timeout,
         LockError::Connection { .. } => c.connection,
         LockError::Authentication { .. } => c.authentication,
+        LockError::Tls { .. } => c.tls,
         LockError::Permission { .. } => c.permission,
         LockError::OutOfMemory { .. } => c.out_of_memory,
         LockError::PoolTimeout { .. } => c.pool_timeout,

@@ -12,7 +12,7 @@ use magnus::{
     Value,
 };
 
-use crate::connector;
+use crate::connector::{self, Tls};
 use crate::gvl;
 use crate::held::Owner;
 use crate::keys;
@@ -44,6 +44,24 @@ pub fn init(ruby: &Ruby, native: RModule) -> Result<(), Error> {
     native.define_module_function("new_token", function!(new_token, 1))?;
     native.define_module_function("quote_key", function!(quote_key, 1))?;
     Ok(())
+}
+
+/// The `tls` entry Ruby adds to the settings (`Arguments::Tls.material`): nil, or a Hash of PEM
+/// Strings `ca`, `cert` and `key` (each may be nil) and `verify`.
+fn tls(ruby: &Ruby, value: Value) -> Result<Tls, Error> {
+    let Some(hash) = Option::<RHash>::try_convert(value)? else {
+        return Ok(Tls::default());
+    };
+    let pem = |name: &str| -> Result<Option<Vec<u8>>, Error> {
+        let value: Option<RString> = hash.fetch(ruby.to_symbol(name))?;
+        Ok(value.map(|pem| copy_bytes(pem)))
+    };
+    let client = pem("cert")?.zip(pem("key")?);
+    Ok(Tls::new(
+        pem("ca")?,
+        client,
+        hash.fetch(ruby.to_symbol("verify"))?,
+    ))
 }
 
 /// Why the redis crate cannot use `url`, or nil (the reason never quotes the URL).
@@ -281,6 +299,7 @@ fn lock_settings(ruby: &Ruby, settings: RHash) -> Result<LockSettings, Error> {
             pool_timeout: seconds("pool_timeout")?,
             connect_timeout: seconds("connect_timeout")?,
             read_timeout: seconds("read_timeout")?,
+            tls: tls(ruby, get("tls")?)?,
         },
         key_prefix: copy_bytes(TryConvert::try_convert(get("key_prefix")?)?),
         retry_interval: seconds("retry_interval")?,
