@@ -2,6 +2,7 @@
 
 require "pp" # rubocop:disable Lint/RedundantRequireStatement -- for #pretty_inspect, not only Kernel#pp
 require "spec_helper"
+require_relative "../support/acl_rules"
 require_relative "../support/process_helpers"
 
 # Redis refuses or surprises: its script cache flushed, out of memory, ACL users without rights, wrong
@@ -10,6 +11,7 @@ require_relative "../support/process_helpers"
 # nothing was lost, that nothing waited past its bound (generous: the suite runs on a busy 2-core
 # machine), and that no other holder's lock was touched.
 RSpec.describe "Refusals" do
+  include AclUsers
   include ProcessHelpers
 
   let(:server) { private_server }
@@ -240,8 +242,7 @@ RSpec.describe "Refusals" do
 
     it "a user without rights on the lock's keys (~other:*): PermissionError naming the key, at once, " \
        "nothing written" do
-      admin.call("ACL", "SETUSER", "u", "on", ">pw", "~other:*", "+@all")
-      l = locker(url: "redis://u:pw@127.0.0.1:#{server.port}/0")
+      l = locker(url: acl_user(admin, "~other:*", "+@all"))
       outcomes = calls(l)
       outcomes["locked?"] = outcome_and_time { l.locked?("MyKey") }
 
@@ -250,8 +251,7 @@ RSpec.describe "Refusals" do
     end
 
     it "a user who may not run scripts (-@scripting): PermissionError naming the key, at once, nothing written" do
-      admin.call("ACL", "SETUSER", "u", "on", ">pw", "~*", "&*", "+@all", "-@scripting")
-      l = locker(url: "redis://u:pw@127.0.0.1:#{server.port}/0")
+      l = locker(url: acl_user(admin, "~*", "&*", "+@all", "-@scripting"))
 
       expect_refused(calls(l), /evalsha/i)
       expect(l.locked?("MyKey")).to be(false) # a plain EXISTS is allowed
@@ -260,8 +260,7 @@ RSpec.describe "Refusals" do
 
     it "a user who may not publish or subscribe (Redis 7's default resetchannels): releases still hand the lock " \
        "on, and a waiter of the releasing process hears it at once" do
-      admin.call("ACL", "SETUSER", "u", "on", ">pw", "~*", "+@all")
-      l = locker(url: "redis://u:pw@127.0.0.1:#{server.port}/0", pool_size: 4, retry_interval: 5)
+      l = locker(url: acl_user(admin, "~*", "+@all"), pool_size: 4, retry_interval: 5)
       holder = l.try_lock("MyKey", timeout: 30)
       waiter = Thread.new { outcome_and_time { l.blocking_lock("MyKey", timeout: 10) { monotonic } } }
       eventually { admin.zcard(queue_key(full("MyKey"))) == 1 }
@@ -278,9 +277,9 @@ RSpec.describe "Refusals" do
 
     it "a user who may not subscribe: after the refusal, waits keep to the backoff without asking again " \
        "for 10 s (one connection for ten waits, not ten)" do
-      admin.call("ACL", "SETUSER", "u", "on", ">pw", "~*", "+@all")
-      l = locker(url: "redis://u:pw@127.0.0.1:#{server.port}/0", pool_size: 1)
-      holder = locker(url: "redis://u:pw@127.0.0.1:#{server.port}/0", pool_size: 1).try_lock("MyKey", timeout: 30)
+      url = acl_user(admin, "~*", "+@all")
+      l = locker(url: url, pool_size: 1)
+      holder = locker(url: url, pool_size: 1).try_lock("MyKey", timeout: 30)
       l.locked?("MyKey") # its one pooled connection, before counting
       connections = total_connections(admin)
       errors = Array.new(10) { outcome_and_time { l.blocking_lock("MyKey", timeout: 0.05) {} }.first }
@@ -310,8 +309,7 @@ RSpec.describe "Refusals" do
 
     it "a user who may listen on the locks' channels only: the hand-off goes out on the lock's channel, " \
        "and the waiter hears it at once" do
-      admin.call("ACL", "SETUSER", "u", "on", ">pw", "~*", "+@all", "resetchannels", "&lock_manager:#{prefix}*")
-      url = "redis://u:pw@127.0.0.1:#{server.port}/0"
+      url = acl_user(admin, "~*", "+@all", "resetchannels", "&lock_manager:#{prefix}*")
       heard, entry, publication = hand_off(locker(url: url), locker(url: url), full("MyKey"))
 
       expect(entry).to match(/\A\d+:\d+:\z/)
@@ -459,7 +457,7 @@ RSpec.describe "Refusals" do
         c.key_prefix = prefix
         c.logger = Logger.new(log)
       end
-      admin.call("ACL", "SETUSER", "limited", "on", ">#{acl_password}", "~other:*", "+@all")
+      limited = acl_user(admin, "~other:*", "+@all", name: "limited", password: acl_password)
       port = server.port
       errors = [] # what was raised
       texts = [] # and what calls that did not raise returned
@@ -472,7 +470,7 @@ RSpec.describe "Refusals" do
       # Refusals: a wrong password, none, an ACL user without rights, OOM.
       catch_error.call { locker(url: server.url(password: wrong)).nonblocking_lock("k") {} }
       catch_error.call { locker(url: "redis://127.0.0.1:#{port}/0").try_lock("k") }
-      catch_error.call { locker(url: "redis://limited:#{acl_password}@127.0.0.1:#{port}/0").try_lock("k") }
+      catch_error.call { locker(url: limited).try_lock("k") }
       begin
         admin.config(:set, "maxmemory-policy", "noeviction")
         admin.config(:set, "maxmemory", "1")
@@ -521,7 +519,7 @@ RSpec.describe "Refusals" do
       texts += errors.flat_map { |e| shown(e) } + [
         log.string, shared.inspect, shared.settings.to_s, shared.pretty_inspect, LockManager.config.inspect,
         LockManager.config.pretty_inspect, LockManager.config.redis_url, LockManager.config.to_h.to_s,
-        locker(url: "redis://limited:#{acl_password}@127.0.0.1:#{port}/0").inspect, locker.inspect
+        locker(url: limited).inspect, locker.inspect
       ]
       [password, wrong, acl_password].each do |secret|
         expect(texts.select { |text| text.include?(secret) }).to eq([]), "#{secret} shown"

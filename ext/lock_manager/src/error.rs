@@ -131,7 +131,16 @@ impl fmt::Display for LockError {
                 write!(
                     f,
                     "the Redis user of redis_url may not lock here ({addr}): {reply}"
-                )
+                )?;
+                // Redis 7.0 names neither the command nor the key a script was refused, nor the
+                // key of a refused command (7.2 does, quoted: 'incr', 'lock:k').
+                if reply.matches('\'').count() < 2 {
+                    write!(
+                        f,
+                        " (Redis's ACL LOG names what it refused; docs/acl.md has the rules lock_manager needs)"
+                    )?;
+                }
+                Ok(())
             }
             LockError::OutOfMemory { addr, reply } => {
                 write!(f, "Redis at {addr} is out of memory: {reply}")

@@ -187,12 +187,14 @@ pub fn is_authentication(error: &RedisError) -> bool {
         || matches!(error.code(), Some("WRONGPASS" | "NOAUTH"))
 }
 
-/// An ACL refusal: NOPERM, or the ERR a script gets for a command its user may not run.
+/// An ACL refusal: NOPERM, or the ERR a script gets for a command, key or channel its user may not
+/// use: "The user executing the script can't ..." (Redis 7.0), "ACL failure in script: ..." (Redis
+/// 7.2 and later, Valkey).
 fn is_permission(error: &RedisError) -> bool {
+    let text = error.to_string();
     error.code() == Some("NOPERM")
-        || error
-            .to_string()
-            .contains("The user executing the script can't")
+        || text.contains("The user executing the script can't")
+        || text.contains("ACL failure in script")
 }
 
 /// Redis refused the credentials, or what the user may touch (an ACL): asking again won't help.
@@ -310,6 +312,16 @@ mod tests {
                 "Permission",
             ),
             (
+                "ERR The user executing the script can't access at least one of the keys mentioned \
+                 in the command arguments script: 1f04, on @user_script:4.",
+                "Permission",
+            ),
+            (
+                "ERR ACL failure in script: User u has no permissions to run the 'incr' command \
+                 script: 1f04, on @user_script:25.",
+                "Permission",
+            ),
+            (
                 "OOM command not allowed when used memory > 'maxmemory'.",
                 "OutOfMemory",
             ),
@@ -326,6 +338,25 @@ mod tests {
             let code = text.split(' ').next().unwrap();
             assert!(error.to_string().contains(code), "{error} names {code}");
         }
+    }
+
+    #[test]
+    fn an_acl_refusal_that_names_nothing_points_to_acl_log() {
+        let unnamed = [
+            "NOPERM this user has no permissions to access one of the keys used as arguments",
+            "ERR The user executing the script can't run this command or subcommand script: \
+             1f04, on @user_script:4.",
+        ];
+        for text in unnamed {
+            let message = refusal("127.0.0.1:1", &reply(text)).to_string();
+            assert!(
+                message.contains(text) && message.contains("ACL LOG"),
+                "{message}"
+            );
+        }
+        let named = "NOPERM this user has no permissions to run the 'eval' command";
+        let message = refusal("127.0.0.1:1", &reply(named)).to_string();
+        assert!(message.ends_with(named), "{message}");
     }
 
     #[test]
