@@ -238,6 +238,8 @@ RSpec.describe "The ACL rules of docs/acl.md" do
           # What was refused, as Redis names it ('set', 'lock:k'), or, where it names nothing (Redis 7.0 in a
           # script, or a key), where to look.
           expect(error.message).to match(/'[\w:|]+'|ACL LOG names what it refused/), name
+          # A command refused, whether sent by the gem or by a script (the script's line is quoted), is named.
+          expect(error.message.downcase).to include("'#{part.delete_prefix("+")}'"), name if part.start_with?("+")
           expect(took).to be < 0.5, "#{name} took #{took}"
         end
         refused = refusals.map { |reason, _, object, _| [reason, object] }

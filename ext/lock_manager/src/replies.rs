@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::RedisError;
 
 use crate::error::{LockError, Unavailable};
+use crate::scripts;
 
 /// A fencing token: a number, issued with each acquisition, that only grows for a key.
 pub type FencingToken = u64;
@@ -217,6 +218,10 @@ pub fn refusal(addr: &str, error: &RedisError) -> LockError {
     if is_authentication(error) {
         LockError::Authentication { addr, cause: reply }
     } else if is_permission(error) {
+        let reply = match scripts::refused_line(&reply) {
+            Some(line) => format!("{reply} Refused: {line}"),
+            None => reply,
+        };
         LockError::Permission { addr, reply }
     } else if error.code() == Some("OOM") {
         LockError::OutOfMemory { addr, reply }

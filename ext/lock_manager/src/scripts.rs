@@ -18,6 +18,8 @@ use crate::keys::CHANNEL_PREFIX;
 pub type ScriptCall<'a> = (Vec<&'a [u8]>, Vec<&'a [u8]>);
 
 pub struct LuaScript {
+    /// Its file in `lua/`, for messages.
+    file: &'static str,
     source: String,
     sha1: String,
 }
@@ -25,7 +27,7 @@ pub struct LuaScript {
 impl LuaScript {
     /// `parts`: the helpers and the body, in the order Lua must see them (a local function is
     /// visible only after it).
-    fn new(parts: &[&str]) -> Self {
+    fn new(file: &'static str, parts: &[&str]) -> Self {
         let source = [preamble().as_str()]
             .iter()
             .chain(parts)
@@ -33,7 +35,7 @@ impl LuaScript {
             .collect::<Vec<_>>()
             .join("\n");
         let sha1 = redis::Script::new(&source).get_hash().to_owned();
-        LuaScript { source, sha1 }
+        LuaScript { file, source, sha1 }
     }
 
     /// One round trip: EVALSHA, then EVAL (which also caches the script) only on NOSCRIPT.
@@ -104,6 +106,11 @@ impl LuaScript {
     #[cfg(test)]
     fn source(&self) -> &str {
         &self.source
+    }
+
+    #[cfg(test)]
+    fn sha1(&self) -> &str {
+        &self.sha1
     }
 }
 
@@ -261,7 +268,9 @@ macro_rules! script {
     ($name:ident, [$($helper:expr),*], $file:literal) => {
         #[doc = concat!("See `lua/", $file, "`.")]
         pub static $name: LazyLock<LuaScript> =
-            LazyLock::new(|| LuaScript::new(&[$($helper,)* include_str!(concat!("lua/", $file))]));
+            LazyLock::new(|| {
+                LuaScript::new($file, &[$($helper,)* include_str!(concat!("lua/", $file))])
+            });
     };
 }
 
@@ -299,35 +308,53 @@ script!(
 );
 script!(UNPARK, [QUEUE, SEMAPHORE, PARKING], "unpark.lua");
 
+/// Every script, for `refused_line` and the tests.
+fn all() -> [&'static LuaScript; 21] {
+    [
+        &ACQUIRE,
+        &CLAIM,
+        &CLAIM_PUSH,
+        &SEED,
+        &WAIT,
+        &RELEASE,
+        &LEAVE,
+        &REFRESH,
+        &ACQUIRE_SHARED,
+        &WAIT_SHARED,
+        &RELEASE_SHARED,
+        &LEAVE_SHARED,
+        &REFRESH_SHARED,
+        &FORCE_RELEASE,
+        &LIMIT_GCRA,
+        &LIMIT_WINDOW,
+        &LIMIT_SLIDING,
+        &PARK,
+        &RELEASE_PARKED,
+        &RELEASE_SHARED_PARKED,
+        &UNPARK,
+    ]
+}
+
+/// Where a script was refused by Redis's ACL: Redis 7.0 names neither the command nor the key
+/// ("... script: <sha1>, on @user_script:<line>."), but the script and its line say which
+/// command it was. `None` when `reply` names no script of ours.
+pub fn refused_line(reply: &str) -> Option<String> {
+    let (_, rest) = reply.rsplit_once("script: ")?;
+    let (sha1, rest) = rest.split_once(", on @user_script:")?;
+    let line: usize = rest
+        .trim_end_matches('.')
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()?;
+    let script = all().into_iter().find(|s| s.sha1 == sha1)?;
+    let text = script.source.lines().nth(line.checked_sub(1)?)?.trim();
+    Some(format!("{text} ({}, line {line})", script.file))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn all() -> [&'static LuaScript; 21] {
-        [
-            &ACQUIRE,
-            &CLAIM,
-            &CLAIM_PUSH,
-            &SEED,
-            &WAIT,
-            &RELEASE,
-            &LEAVE,
-            &REFRESH,
-            &ACQUIRE_SHARED,
-            &WAIT_SHARED,
-            &RELEASE_SHARED,
-            &LEAVE_SHARED,
-            &REFRESH_SHARED,
-            &FORCE_RELEASE,
-            &LIMIT_GCRA,
-            &LIMIT_WINDOW,
-            &LIMIT_SLIDING,
-            &PARK,
-            &RELEASE_PARKED,
-            &RELEASE_SHARED_PARKED,
-            &UNPARK,
-        ]
-    }
 
     #[test]
     fn commands_are_packed_as_redis_rs_packs_them() {
@@ -404,6 +431,28 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_refused_line_is_found_by_the_scripts_sha1() {
+        let line = ACQUIRE
+            .source()
+            .lines()
+            .position(|l| l.contains("redis.call("))
+            .unwrap()
+            + 1;
+        let reply = format!(
+            "ERR The user executing the script can't run this command or subcommand script: {}, \
+             on @user_script:{line}.",
+            ACQUIRE.sha1()
+        );
+        let found = refused_line(&reply).unwrap();
+        assert!(
+            found.contains("redis.call(")
+                && found.ends_with(&format!("(acquire.lua, line {line})"))
+        );
+        assert_eq!(refused_line("NOPERM this user has no permissions"), None);
+        assert_eq!(refused_line("script: 0000, on @user_script:1."), None);
     }
 
     #[test]
