@@ -216,6 +216,14 @@ RSpec.describe "The ACL rules of docs/acl.md" do
     expect(admin.keys("*").sort.to_h { |key| [key, admin.dump(key)] }).to eq(before)
   end
 
+  it "a redis_url naming another database, without +select: PermissionError naming 'select', at once" do
+    url = acl_user(admin, *rule(:core), name: "lock_manager", password: password).sub(%r{/0\z}, "/1")
+    error, took = outcome_and_time { locker(url).blocking_lock("k", wait: 2) { :ran } }
+    expect(error).to be_a(LockManager::PermissionError)
+    expect(error.message).to include("'select'", "lock \"k\"")
+    expect(took).to be < 0.5
+  end
+
   describe "a user missing one part of the core rule" do
     # The parts that carry wake-ups only: a release still hands the lock on, a waiter still gets it.
     wake_ups = %w[&lock_manager:lock:* &lock_manager:process:* +psubscribe +subscribe +publish]

@@ -18,7 +18,7 @@ use crate::connector::{Connector, Tls};
 use crate::error::LockError;
 use crate::gvl::{self, Interrupt};
 use crate::per_process::PerProcess;
-use crate::replies::{broken, is_authentication, is_signalled, tls_failure};
+use crate::replies::{broken, is_authentication, is_permission, is_signalled, tls_failure};
 
 /// How often a waiting checkout looks at its interrupt flag.
 const CHECKOUT_SLICE: Duration = Duration::from_millis(10);
@@ -111,6 +111,8 @@ enum ConnectFailure {
     Refused,
     /// The TLS handshake failed (`tls_failure`): not asked again in the background either.
     Tls,
+    /// The Redis user may not run a command of the connection's set-up (SELECT): nor this.
+    Denied,
 }
 
 pub struct Manager {
@@ -148,6 +150,8 @@ impl ManageConnection for Manager {
                 if let Ok(mut last) = self.health.last_failure.lock() {
                     *last = if is_authentication(error) {
                         (error.to_string(), ConnectFailure::Refused)
+                    } else if is_permission(error) {
+                        (error.to_string(), ConnectFailure::Denied)
                     } else if let Some(cause) = tls_failure(error) {
                         (cause, ConnectFailure::Tls)
                     } else if error.is_timeout() {
@@ -181,10 +185,12 @@ impl ManageConnection for Manager {
 
 impl Manager {
     fn last_failure_was_refused(&self) -> bool {
-        self.health
-            .last_failure
-            .lock()
-            .is_ok_and(|last| matches!(last.1, ConnectFailure::Refused | ConnectFailure::Tls))
+        self.health.last_failure.lock().is_ok_and(|last| {
+            matches!(
+                last.1,
+                ConnectFailure::Refused | ConnectFailure::Tls | ConnectFailure::Denied
+            )
+        })
     }
 
     fn connect_once(&self) -> Result<(redis::Connection, u64), RedisError> {
@@ -331,6 +337,7 @@ impl Pool {
         match failure {
             ConnectFailure::Refused => LockError::Authentication { addr, cause },
             ConnectFailure::Tls => LockError::Tls { addr, cause },
+            ConnectFailure::Denied => LockError::Permission { addr, reply: cause },
             _ => LockError::Connection {
                 addr,
                 cause,

@@ -191,9 +191,11 @@ pub fn is_authentication(error: &RedisError) -> bool {
 /// An ACL refusal: NOPERM, or the ERR a script gets for a command, key or channel its user may not
 /// use: "The user executing the script can't ..." (Redis 7.0), "ACL failure in script: ..." (Redis
 /// 7.2 and later, Valkey).
-fn is_permission(error: &RedisError) -> bool {
+pub fn is_permission(error: &RedisError) -> bool {
     let text = error.to_string();
     error.code() == Some("NOPERM")
+        // A refusal while connecting (SELECT), which the redis crate rewords around NOPERM's text.
+        || text.contains("has no permissions to run")
         || text.contains("The user executing the script can't")
         || text.contains("ACL failure in script")
 }
