@@ -56,7 +56,9 @@ module LockManager
       @on_redis_error = :raise # Redis unreachable: :raise, :run (the block runs unlocked) or :skip (as if taken)
       @logger = Logger.new($stderr, progname: "lock_manager", level: Logger::WARN)
       topology_defaults
-      tls_defaults
+      # TLS (rediss://): tls_ca_file or tls_ca_path (nil: the system's CAs), tls_cert_file and tls_key_file
+      # (mutual TLS), or ssl_params as redis-rb takes them, all nil; the server's certificate checked:
+      @tls_verify = true
       Configuration.environment.each { |name, value| instance_variable_set("@#{name}", value) }
     end
 
@@ -68,13 +70,7 @@ module LockManager
       @replica_timeout = 0.05 # seconds to wait for those acknowledgements
     end
 
-    def tls_defaults
-      @tls_ca_file = @tls_ca_path = nil # the CA that signed the servers' certificates (nil: the system's)
-      @tls_cert_file = @tls_key_file = nil # a client certificate and its key, for servers that ask for one
-      @tls_verify = true # check the server's certificate and name; false only on purpose (logged)
-      @ssl_params = nil # the same, as redis-rb and redis-client take it (ca_file:, cert:, key:, ...)
-    end
-    private :topology_defaults, :tls_defaults
+    private :topology_defaults
 
     # Shown without its password.
     def redis_url
@@ -98,7 +94,13 @@ module LockManager
     # What Locker.new receives: the real URL, every value checked.
     # @raise [ArgumentError] naming the first bad setting
     def locker_options
-      Configuration.check(SETTINGS.to_h { |name| [name, instance_variable_get("@#{name}")] })
+      Configuration.check(raw_options)
+    end
+
+    # The settings as set, the real URLs among them, not yet checked: Locker.new checks them together with
+    # its own options (a Locker's rediss:// URL makes the configured tls_* settings right).
+    def raw_options
+      SETTINGS.to_h { |name| [name, instance_variable_get("@#{name}")] }
     end
 
     def to_h

@@ -29,7 +29,7 @@ module LockManager
     # @param options the settings of LockManager.configure; those not given come from LockManager.config
     # @raise [ArgumentError] naming the first bad option
     def initialize(**options)
-      @settings = Configuration.check(LockManager.config.locker_options.merge(options)).freeze
+      @settings = Configuration.check(LockManager.config.raw_options.merge(options)).freeze
       @native = Native::Locker.new(@settings.merge(tls: Arguments::Tls::Material.read(@settings)))
       warning = Arguments::Tls::Material.warning(@settings) and LockManager.config.logger&.warn(warning)
     end

@@ -1,7 +1,9 @@
 # frozen_string_literal: true
 
 require "spec_helper"
+require "open3"
 require "openssl"
+require "rbconfig"
 require "stringio"
 
 # TLS on Redis's defaults (tls-auth-clients yes: a client certificate required), with a CA made
@@ -91,6 +93,23 @@ RSpec.describe "TLS" do
       variables = settings.transform_keys { |name| "LOCK_MANAGER_#{name.upcase}" }
       expect(LockManager::Configuration.environment(variables)).to eq(settings)
     end
+  end
+
+  it "the command line: --tls-* flags, or the LOCK_MANAGER_TLS_* variables" do
+    lock = tls_locker(**settings).try_lock("listed", timeout: 30)
+    command = [RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__),
+               File.expand_path("../../exe/lock_manager", __dir__), "--redis-url", server.url, "--prefix", prefix]
+    flags = settings.flat_map { |name, value| ["--#{name.to_s.tr("_", "-")}", value] }
+    variables = settings.transform_keys { |name| "LOCK_MANAGER_#{name.upcase}" }
+    [[{}, flags], [variables, []]].each do |env, more|
+      out, err, status = Open3.capture3(env, *command, *more, "list")
+      expect([status.exitstatus, err]).to eq([0, ""])
+      expect(out).to include("listed")
+    end
+    _, err, status = Open3.capture3(*command, "list")
+    expect(status.exitstatus).to eq(1)
+    expect(err).to include("TLS with Redis at 127.0.0.1:#{server.port}", "set tls_ca_file")
+    lock.release
   end
 
   describe "a failed handshake: LockManager::TLSError (a ConnectionError) naming the server and what to set" do

@@ -11,7 +11,9 @@ module LockManager
       FLAGS = [
         [:redis_url, ["-u", "--redis-url URL"], "Redis URL "], [:key_prefix, ["-p", "--prefix PREFIX"], "key prefix "],
         [:cluster, ["--cluster URLS"], "Redis Cluster seed nodes "], [:sentinels, ["--sentinels URLS"], "sentinels "],
-        [:sentinel_master, ["--sentinel-master NAME"], ""]
+        [:sentinel_master, ["--sentinel-master NAME"], ""], [:tls_ca_file, ["--tls-ca-file FILE"], "CA of rediss:// "],
+        [:tls_cert_file, ["--tls-cert-file FILE"], "client certificate "],
+        [:tls_key_file, ["--tls-key-file FILE"], "its key "]
       ].freeze
       COMMANDS = { "list" => 0..1, "show" => 1..1, "release" => 1..1, "watch" => 0..1, "parked" => 1..1,
                    "delete-parked" => 2..2, "limiters" => 0..1, "reset-limiter" => 1..1 }.freeze
