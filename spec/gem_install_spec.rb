@@ -102,8 +102,13 @@ class PackagedGem
     partial = "#{release}.partial"
     FileUtils.rm_rf(partial)
     FileUtils.mkdir_p(partial)
-    # Times kept: cargo compares them to find what is stale.
-    FileUtils.cp_r(%w[deps build .fingerprint].map { |name| File.join(from, name) }, partial, preserve: true)
+    # Under cargo's own lock of that directory, so that nothing a cargo builds there meanwhile (the
+    # example bench/instructions.rb runs, beside the specs) is copied half written. Times kept: cargo
+    # compares them to find what is stale.
+    File.open(File.join(from, ".cargo-lock"), File::RDWR | File::CREAT) do |lock|
+      lock.flock(File::LOCK_EX)
+      FileUtils.cp_r(%w[deps build .fingerprint].map { |name| File.join(from, name) }, partial, preserve: true)
+    end
     File.rename(partial, release)
   end
 end
