@@ -56,7 +56,7 @@ RSpec.describe "The ACL rules of docs/acl.md" do
   # holds and releases once the waiter is queued.
   # @return [Array(Object, Float)] what the wait returned or raised, and when after the release it did
   def woken_wait(waiter, holder, key, **options)
-    held = holder.try_lock(key, timeout: 30)
+    held = holder.try_lock(key, timeout: 30) or raise "#{key.inspect} is held already"
     wait = Thread.new { outcome_and_time { waiter.blocking_lock(key, timeout: 5, wait: 1, **options) { monotonic } } }
     queue = "lock_manager:*:queue:lock:#{key}"
     eventually(timeout: 2) { !wait.alive? || admin.keys(queue).any? }
@@ -67,6 +67,10 @@ RSpec.describe "The ACL rules of docs/acl.md" do
     [outcome.is_a?(Float) ? :woken : outcome, outcome.is_a?(Float) ? outcome - released_at : took]
   rescue StandardError => e
     [e, 0.0]
+  ensure
+    # A waiter left running (its holder's release refused) would take the next example's key: its
+    # connections outlive the user they logged in as, which the next example makes anew.
+    wait&.join
   end
 
   # Sidekiq's push of a job, as the park path stores it: its queue in the set of queues, the job in its queue.

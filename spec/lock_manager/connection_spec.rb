@@ -164,9 +164,10 @@ RSpec.describe "Connections and the pool" do
       interrupted = elapsed { expect { Timeout.timeout(0.2) { l.locked?("k") } }.to raise_error(Timeout::Error) }
       expect(interrupted).to be < 1.0
 
+      # A TimeoutError within the bound, never a hang (a connect begun after the interrupt may end it sooner).
       error, took = timed_error(LockManager::TimeoutError) { l.locked?("k") }
       expect(error.message).to match(/read_timeout|connect_timeout/)
-      expect(took).to be_between(0.25, 1.5)
+      expect(took).to be < 1.5
     ensure
       spinning = false
       spinner&.join
