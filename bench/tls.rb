@@ -70,15 +70,17 @@ Bench.header(plain_url)
 puts "TLS:          mutual (a client certificate, Redis's default tls-auth-clients yes), #{
   OpenSSL::X509::Certificate.new(File.read(tls.ca_file)).public_key.class.name.split("::").last} keys"
 puts
-puts "uncontended nonblocking_lock, #{ROUNDS} alternating rounds of #{DURATION / ROUNDS} s each"
+puts "uncontended nonblocking_lock, #{ROUNDS} alternating rounds of #{(DURATION / ROUNDS).round(2)} s each"
 puts "threads | TCP ops/s | TLS ops/s | TLS/TCP | TCP CPU/cycle | TLS CPU/cycle | TLS/TCP"
 [1, 8].each do |threads|
   lockers = { tcp: LockManager::Locker.new(redis_url: plain_url, pool_size: threads),
               tls: LockManager::Locker.new(redis_url: tls.url, pool_size: threads, **tls.tls_settings) }
   figures = compare(lockers, threads)
   (tcp_ops, tcp_cpu), (tls_ops, tls_cpu) = figures.values_at(:tcp, :tls)
-  puts format("%7d | %9.0f | %9.0f | %6.2fx | %10.1f µs | %10.1f µs | %6.2fx",
-              threads, tcp_ops, tls_ops, tls_ops / tcp_ops, tcp_cpu, tls_cpu, tls_cpu / tcp_cpu)
+  puts format("%<threads>7d | %<tcp_ops>9.0f | %<tls_ops>9.0f | %<ops>6.2fx | %<tcp_cpu>10.1f µs | " \
+              "%<tls_cpu>10.1f µs | %<cpu>6.2fx", threads: threads, tcp_ops: tcp_ops, tls_ops: tls_ops,
+                                                  ops: tls_ops / tcp_ops, tcp_cpu: tcp_cpu, tls_cpu: tls_cpu,
+                                                  cpu: tls_cpu / tcp_cpu)
 end
 
 puts
@@ -87,5 +89,5 @@ plain = RedisServer.new(own_session: true).start
 at_exit { plain.shutdown }
 { "TCP" => [plain, {}], "TLS" => [tls, tls.tls_settings] }.each do |name, (server, settings)|
   median, max = recovery(server, settings)
-  puts format("%-4s %s / %s", name, Bench.ms(median), Bench.ms(max))
+  puts "#{name.ljust(4)} #{Bench.ms(median)} / #{Bench.ms(max)}"
 end
