@@ -54,7 +54,7 @@ fn tls(ruby: &Ruby, value: Value) -> Result<Tls, Error> {
     };
     let pem = |name: &str| -> Result<Option<Vec<u8>>, Error> {
         let value: Option<RString> = hash.fetch(ruby.to_symbol(name))?;
-        Ok(value.map(|pem| copy_bytes(pem)))
+        Ok(value.map(copy_bytes))
     };
     let client = pem("cert")?.zip(pem("key")?);
     Ok(Tls::new(
