@@ -79,11 +79,10 @@ impl Connector {
 
     /// Whether its connections are TLS ones (see `gvl::with_signals_held`).
     pub fn is_tls(&self) -> bool {
-        let tls = |info: &ConnectionInfo| matches!(info.addr(), ConnectionAddr::TcpTls { .. });
         match self {
-            Connector::Direct(client) => tls(client.get_connection_info()),
-            Connector::Sentinel(master) => tls(&master.primary_template),
-            Connector::AnyOf(any) => any.clients.iter().any(|c| tls(c.get_connection_info())),
+            Connector::Direct(client) => is_tls(client.get_connection_info()),
+            Connector::Sentinel(master) => is_tls(&master.primary_template),
+            Connector::AnyOf(any) => any.clients.iter().any(|c| is_tls(c.get_connection_info())),
         }
     }
 
@@ -364,6 +363,11 @@ fn with_host_port(addr: &ConnectionAddr, host: String, port: u16) -> ConnectionA
         },
         _ => ConnectionAddr::Tcp(host, port),
     }
+}
+
+/// Whether `info` is a TLS address (`rediss://`).
+pub fn is_tls(info: &ConnectionInfo) -> bool {
+    matches!(info.addr(), ConnectionAddr::TcpTls { .. })
 }
 
 /// `host:port` of a Cluster node as Redis names it, as a connection address like `template`'s.

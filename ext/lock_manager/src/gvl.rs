@@ -147,8 +147,11 @@ pub fn block_signals_in_this_thread() {
 /// a read from a silent server going for ever, and the signal of an interrupt (`raise`) would be
 /// swallowed. Held back, a signal waits until the read ends, by its reply or by `read_timeout`:
 /// on a TLS connection an interrupt is seen within `read_timeout`. (Faults such as SIGSEGV are
-/// never held.)
-pub fn with_signals_held<T>(io: impl FnOnce() -> T) -> T {
+/// never held.) `hold` false: `io` runs as it is (a TCP connection).
+pub fn with_signals_held<T>(hold: bool, io: impl FnOnce() -> T) -> T {
+    if !hold {
+        return io();
+    }
     struct Restore(libc::sigset_t);
     impl Drop for Restore {
         fn drop(&mut self) {

@@ -77,11 +77,7 @@ pub struct Conn {
 impl Conn {
     /// Runs `io` on the connection; on a TLS one, with signals held.
     pub fn run<T>(&mut self, io: impl FnOnce(&mut redis::Connection) -> T) -> T {
-        if self.tls {
-            gvl::with_signals_held(|| io(&mut self.redis))
-        } else {
-            io(&mut self.redis)
-        }
+        gvl::with_signals_held(self.tls, || io(&mut self.redis))
     }
 }
 

@@ -13,9 +13,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use redis::{ConnectionAddr, ConnectionInfo, RedisResult, Value};
+use redis::{ConnectionInfo, RedisResult, Value};
 
-use crate::connector::{connection_info, display_addr, node_info, Connector, SentinelMaster};
+use crate::connector::{
+    connection_info, display_addr, is_tls, node_info, Connector, SentinelMaster,
+};
 use crate::error::{LockError, Unavailable};
 use crate::gvl;
 use crate::keys::{hash_slot, SLOTS};
@@ -289,10 +291,7 @@ impl ClusterRouter {
             redis::cmd("CLUSTER").arg("SLOTS").query(&mut conn)
         };
         // Asked from a Ruby thread: over TLS, with signals held (see `gvl::with_signals_held`).
-        let reply = match info.addr() {
-            ConnectionAddr::TcpTls { .. } => gvl::with_signals_held(ask)?,
-            _ => ask()?,
-        };
+        let reply = gvl::with_signals_held(is_tls(info), ask)?;
         let asked = display_addr(info.addr());
         Ok(reply
             .iter()
