@@ -69,7 +69,6 @@ module LockManager
       @min_replicas = 0 # replicas that must acknowledge an acquisition (WAIT) before it counts
       @replica_timeout = 0.05 # seconds to wait for those acknowledgements
     end
-
     private :topology_defaults
 
     # Shown without its password.

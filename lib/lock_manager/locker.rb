@@ -30,8 +30,9 @@ module LockManager
     # @raise [ArgumentError] naming the first bad option
     def initialize(**options)
       @settings = Configuration.check(LockManager.config.raw_options.merge(options)).freeze
-      @native = Native::Locker.new(@settings.merge(tls: Arguments::Tls::Material.read(@settings)))
-      warning = Arguments::Tls::Material.warning(@settings) and LockManager.config.logger&.warn(warning)
+      tls = Arguments::Tls::Material.read(@settings)
+      @native = Native::Locker.new(@settings.merge(tls: tls))
+      LockManager.config.logger&.warn(Arguments::Tls::Material::UNVERIFIED) if tls && !tls[:verify]
     end
 
     # Runs the block only if the lock is free right now. A block that takes an argument gets the

@@ -6,6 +6,10 @@ module LockManager
       # The TLS settings read into what the extension receives: PEM, checked with OpenSSL (which is
       # loaded only where a TLS setting is given).
       module Material
+        # Logged once per Locker whose tls_verify is false.
+        UNVERIFIED = "TLS without verification (tls_verify: false): the server's certificate is not checked, so " \
+                     "anyone on the way to Redis can pose as it"
+
         module_function
 
         # What the extension receives: nil when no TLS setting is given, else the PEM of the CA (nil: the
@@ -104,15 +108,6 @@ module LockManager
           OpenSSL::PKey.read(File.binread(key), "")
         rescue OpenSSL::PKey::PKeyError
           raise ArgumentError, "tls_key_file holds no unencrypted PEM private key: #{key.inspect}"
-        end
-
-        # One line for the log when the server's certificate is not checked, else nil.
-        def warning(settings)
-          tls = given(settings)
-          return unless tls && tls[:tls_verify] == false
-
-          "TLS without verification (tls_verify: false): the server's certificate is not checked, so anyone on " \
-            "the way to Redis can pose as it"
         end
       end
     end
