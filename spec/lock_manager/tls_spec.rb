@@ -43,6 +43,11 @@ RSpec.describe "TLS" do
     File.read(settings[:tls_key_file])
   end
 
+  # The settings as the LOCK_MANAGER_TLS_* variables the command line reads.
+  def variables
+    settings.transform_keys { |name| "LOCK_MANAGER_#{name.upcase}" }
+  end
+
   describe "with a CA and a client certificate of the app's own" do
     it "serves every path: locks, waits woken by a release, fair queues, semaphores, limiters, admin" do
       locker = tls_locker(**settings)
@@ -90,7 +95,6 @@ RSpec.describe "TLS" do
         settings.each { |name, value| c.public_send("#{name}=", value) }
       end
       expect(LockManager::Locker.nonblocking_lock("k") { :configured }.result).to eq(:configured)
-      variables = settings.transform_keys { |name| "LOCK_MANAGER_#{name.upcase}" }
       expect(LockManager::Configuration.environment(variables)).to eq(settings)
     end
   end
@@ -100,7 +104,6 @@ RSpec.describe "TLS" do
     command = [RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__),
                File.expand_path("../../exe/lock_manager", __dir__), "--redis-url", server.url, "--prefix", prefix]
     flags = settings.flat_map { |name, value| ["--#{name.to_s.tr("_", "-")}", value] }
-    variables = settings.transform_keys { |name| "LOCK_MANAGER_#{name.upcase}" }
     [[{}, flags], [variables, []]].each do |env, more|
       out, err, status = Open3.capture3(env, *command, *more, "list")
       expect([status.exitstatus, err]).to eq([0, ""])

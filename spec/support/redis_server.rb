@@ -48,8 +48,12 @@ class RedisServer
     File.join(@dir, "redis.sock")
   end
 
+  # "rediss" for a TLS server, else "redis".
+  def scheme
+    @tls ? "rediss" : "redis"
+  end
+
   def url(password: @password)
-    scheme = @tls ? "rediss" : "redis"
     password ? "#{scheme}://:#{password}@127.0.0.1:#{port}/0" : "#{scheme}://127.0.0.1:#{port}/0"
   end
 

@@ -504,7 +504,7 @@ class RedisCluster
   end
 
   def seed_urls
-    masters.map { |master| "#{master.url[/\A\w+/]}://127.0.0.1:#{master.port}" }
+    masters.map { |master| "#{master.scheme}://127.0.0.1:#{master.port}" }
   end
 
   # A cluster-mode redis-rb client, for looking at what the gem wrote.
@@ -674,7 +674,7 @@ class RedisSentinelSet
 
   def sentinel_urls
     credentials = @sentinel_password ? ":#{@sentinel_password}@" : ""
-    sentinels.map { |sentinel| "#{sentinel.url[/\A\w+/]}://#{credentials}127.0.0.1:#{sentinel.port}" }
+    sentinels.map { |sentinel| "#{sentinel.scheme}://#{credentials}127.0.0.1:#{sentinel.port}" }
   end
 
   def master_url
