@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require "digest"
+require "digest/sha2" # Digest::SHA256 now: Digest's own lazy load of it races between threads (Ruby bug 9494)
 
 module LockManager
   module Sidekiq
