@@ -29,4 +29,7 @@ app = Rack::Builder.new do
 end
 $stdout.puts "serving Sidekiq #{Sidekiq::VERSION} on #{port}"
 $stdout.flush
-Rack::Handler::Puma.run(app, Host: "127.0.0.1", Port: Integer(port), Threads: "1:4", Silent: true)
+# shutdown_debug: each thread's backtrace in the log as Puma begins to stop (WebServer#stop shows it when
+# the stop does not end).
+Rack::Handler::Puma.run(app, Host: "127.0.0.1", Port: Integer(port), Threads: "1:4", Silent: true,
+                             shutdown_debug: true)

@@ -27,6 +27,7 @@ RSpec.describe "Sidekiq's Web UI releases the locks of the jobs it removes" do
   after(:all) do
     @browser&.quit
     @web&.stop
+  ensure
     @server&.shutdown
   end
 

@@ -39,6 +39,7 @@ RSpec.describe "The Sidekiq Web Locks tab", order: :defined do
   after(:all) do
     @browser&.quit
     @web&.stop
+  ensure
     @holders&.close
     @server&.shutdown
   end
