@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
-# The Puma config file of the suite's Rails apps (their settings are on the command line: see PumaProcess).
-# It only keeps a Ruby bug out of the stop.
+# The Puma config file of the suite's Rails apps (their settings are on the command line: see PumaProcess),
+# also required by spec/support/web_app.rb. It only keeps a Ruby bug out of the stop.
 #
 # From Ruby 3.3, IO#close waits for the threads it interrupts in an I/O call on that IO to leave it, and a
 # thread that is running a signal handler never tells it: on its way out it raises "can't be called from

@@ -13,6 +13,8 @@ require "securerandom"
 require "rack"
 require "rack/session/cookie"
 require "rack/handler/puma"
+require "puma"
+require_relative "puma_config" # the Rails apps' Puma config: it keeps a Ruby 3.3 bug out of the stop
 
 port, redis_url, key_prefix, *requires = ARGV
 Sidekiq.configure_client { |config| config.redis = { url: redis_url } }

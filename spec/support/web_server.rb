@@ -3,13 +3,13 @@
 require "net/http"
 require "rbconfig"
 require "tmpdir"
+require_relative "puma_process"
 require_relative "redis_server"
 
 # spec/support/web_app.rb in a Puma process of its own: Sidekiq's Web UI with the Locks tab at
 # /sidekiq, on the stack's own Sidekiq or (SIDEKIQ, inherited) a vendored one.
 class WebServer
   LIB = File.expand_path("../../lib", __dir__)
-  STOP_WAIT = 20 # seconds
 
   attr_reader :port
 
@@ -33,18 +33,15 @@ class WebServer
     self
   end
 
-  # TERM, on which Puma stops once the requests it runs have ended, which it waits for without end. A
-  # server still running STOP_WAIT seconds later is killed, and the error carries its log: Puma writes
-  # there each thread's backtrace as it begins to stop (web_app.rb's shutdown_debug).
+  # TERM (PumaProcess.stop): a Puma still running 20 s later is killed, and the error carries its log.
   def stop
     return unless @pid
 
-    Process.kill(:TERM, @pid)
-    stopped = exited_within?(STOP_WAIT)
-    Process.kill(:KILL, @pid) unless stopped
-    Process.wait(@pid) unless stopped
-    @pid = nil
-    raise "the web app did not stop within #{STOP_WAIT} s of TERM (killed); its log:\n#{log}" unless stopped
+    begin
+      PumaProcess.stop(@pid, timeout: 20) { log }
+    ensure
+      @pid = nil
+    end
   end
 
   def log
@@ -71,16 +68,6 @@ class WebServer
 
       sleep 0.1
     end
-  end
-
-  def exited_within?(seconds)
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + seconds
-    until Process.wait(@pid, Process::WNOHANG)
-      return false if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-
-      sleep 0.05
-    end
-    true
   end
 
   def serving?
