@@ -2,7 +2,6 @@
 
 require "spec_helper"
 require "logger"
-require "socket"
 require "uri"
 require "lock_manager/admin"
 require_relative "../support/process_helpers"
@@ -18,8 +17,7 @@ RSpec.describe LockManager::Admin do
   let(:locker) { new_locker }
   let(:admin) { described_class.new(locker) }
 
-  # The host name as a token carries it (ext/lock_manager/src/token.rs).
-  let(:host) { Socket.gethostname.b.gsub(/[^A-Za-z0-9._-]/n, "_")[0, 64] }
+  let(:host) { token_host }
 
   before { LockManager.configure { |c| c.logger = Logger.new(File::NULL) } } # lost locks are the point here
   after { stop_all }

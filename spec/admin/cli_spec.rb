@@ -3,7 +3,6 @@
 require "spec_helper"
 require "open3"
 require "rbconfig"
-require "socket"
 require "lock_manager/admin"
 require_relative "../support/parking"
 require_relative "../support/topologies"
@@ -13,7 +12,7 @@ require_relative "../support/topologies"
 RSpec.describe "exe/lock_manager" do
   include Parking
 
-  let(:host) { Socket.gethostname.b.gsub(/[^A-Za-z0-9._-]/n, "_")[0, 64] }
+  let(:host) { token_host }
   let(:environment) { { "REDIS_URL" => redis_url, "LOCK_MANAGER_KEY_PREFIX" => prefix } }
 
   def command

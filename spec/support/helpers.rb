@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "socket"
+
 # Shared helpers: every example gets its own key prefix, so examples never see each other's locks.
 module SpecHelpers
   include KeySlots
@@ -47,6 +49,12 @@ module SpecHelpers
 
   def monotonic
     Process.clock_gettime(Process::CLOCK_MONOTONIC)
+  end
+
+  # This machine's name as a lock's token carries it (ext/lock_manager/src/token.rs), worked out apart
+  # from the gem to check what it writes.
+  def token_host
+    Socket.gethostname.b.gsub(/[^A-Za-z0-9._-]/n, "_")[0, 64]
   end
 
   def elapsed
