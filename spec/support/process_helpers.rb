@@ -120,6 +120,7 @@ module ProcessHelpers
     LINE = /\A\+\d+\.\d+ \[\d+ ([^\]]+)\] (.*)\z/m
 
     def initialize(port)
+      @port = port
       @socket = TCPSocket.new("127.0.0.1", port)
       @socket.write("MONITOR\r\n")
       raise "MONITOR refused" unless @socket.gets("\r\n") == "+OK\r\n"
@@ -128,8 +129,14 @@ module ProcessHelpers
       @reader = Thread.new { read }
     end
 
-    # Stops watching. @return [Array<Array(String, String)>]
+    # Stops watching, once the feed has caught up: Redis sends it in the order it ran the commands,
+    # after running each, so every command before a last one of our own (a marker) has been read when
+    # the marker's line has. A loaded run closed the feed before the lines of a push's last commands.
+    # @return [Array<Array(String, String)>]
     def stop
+      @marker = "lock_manager-monitor-end-#{rand(1 << 62)}"
+      TCPSocket.open("127.0.0.1", @port) { |redis| redis.write("ECHO #{@marker}\r\n") && redis.gets("\r\n") }
+      @reader.join(10)
       @socket.close
       @reader.join
       Array.new(@lines.size) { @lines.pop }.filter_map do |line|
@@ -142,6 +149,8 @@ module ProcessHelpers
 
     def read
       while (line = @socket.gets("\r\n"))
+        break if @marker && line.include?(@marker)
+
         @lines << line
       end
     rescue IOError, SystemCallError
