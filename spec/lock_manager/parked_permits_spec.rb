@@ -51,15 +51,17 @@ RSpec.describe "Jobs parked on a semaphore's permits (Claims#park with limit:)" 
 
   it "hands the permits of holders that died to as many parked jobs when the fallback runs (Unpark)" do
     now_ms = redis.time.then { |seconds, micros| (seconds * 1000) + (micros / 1000) }
-    redis.zadd("#{prefix}#{key}", [[now_ms + 300, "dead-1"], [now_ms + 400, "dead-2"]]) # their processes are gone
+    # Their processes are gone; the permits live 1.5 s, which the parking and the first unpark below
+    # take well within even on a loaded machine (a run with 0.3 s found one expired already).
+    redis.zadd("#{prefix}#{key}", [[now_ms + 1500, "dead-1"], [now_ms + 1600, "dead-2"]])
     parked = %w[jid-1 jid-2 jid-3].map { |jid| park_job(key, jid, limit: 2) }
     expect(parked).to eq([[:parked, 1], [:parked, 2], [:parked, 3]])
     fallback = redis.zrange(parked_schedule, 0, -1, with_scores: true)
     expect(fallback.size).to eq(1)
-    expect(fallback.first.last).to be_within(0.5).of((now_ms / 1000.0) + 0.3 + 1) # the first expiry, and the grace
+    expect(fallback.first.last).to be_within(0.5).of((now_ms / 1000.0) + 1.5 + 1) # the first expiry, and the grace
 
     expect(locker.unpark(key)).to be_nil # both permits still live: it only waits again
-    sleep 0.5
+    sleep 1.7
     expect(locker.unpark(key)).to eq("jid-1")
     expect([permits, pushed_jids, locker.parked_count(key)]).to eq([%w[jid-1 jid-2], %w[jid-2 jid-1], 1])
   end
