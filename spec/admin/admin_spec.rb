@@ -82,7 +82,6 @@ RSpec.describe LockManager::Admin do
       token = redis.get("nothing") && nil # the spec's own client connects before MONITOR starts
       monitor = ProcessHelpers::Monitor.new(URI(redis_url).port)
       locker.nonblocking_lock("cycle", timeout: 30) { token = redis.get("#{prefix}cycle") }
-      sleep 0.2 # the last commands reach MONITOR
       lines = monitor.stop
       gem, = lines.find { |_, line| line.start_with?(%("SET" "#{prefix}cycle")) } # the Locker's connection
       commands = lines.select { |address, _| address == gem }.map { |_, line| line[/\A"(\w+)"/, 1] }
@@ -257,7 +256,6 @@ RSpec.describe LockManager::Admin do
       admin.lock("warm") # Admin's connection opens before MONITOR starts
       monitor = ProcessHelpers::Monitor.new(URI(redis_url).port)
       expect(admin.release("a")).to be(true)
-      sleep 0.2 # the last commands reach MONITOR
       # A subscriber's keep-alive, or another locker's subscriber closing: neither names a key.
       commands = monitor.stop.map(&:last).grep_v(/\A"(PING|UNSUBSCRIBE|PUNSUBSCRIBE)"\z/)
 

@@ -37,7 +37,6 @@ RSpec.describe "LockManager::Admin's parked jobs" do
     monitor = ProcessHelpers::Monitor.new(URI(redis_url).port)
     admin.lock("read")
     admin.parked("read")
-    sleep 0.2 # the last commands reach MONITOR
     commands = monitor.stop.map { |_, command| command[/\A"(\w+)"/, 1] }.grep_v(/\A(PING|UNSUBSCRIBE|PUNSUBSCRIBE)\z/)
 
     expect(commands).to eq(%w[TIME GET PTTL ZRANGE LLEN LRANGE])

@@ -31,7 +31,6 @@ RSpec.describe "Sidekiq pushes that carry their claim" do
     monitor = ProcessHelpers::Monitor.new(@server.port)
     yield
   ensure
-    sleep 0.3 # the last commands reach MONITOR
     sent = monitor&.stop&.reject { |source, _| source == "lua" }&.map(&:last)
     @sent = sent&.grep_v(/\A"(HELLO|AUTH|SELECT|CLIENT)" /i)
   end

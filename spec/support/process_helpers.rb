@@ -135,8 +135,12 @@ module ProcessHelpers
     # @return [Array<Array(String, String)>]
     def stop
       @marker = "lock_manager-monitor-end-#{rand(1 << 62)}"
-      TCPSocket.open("127.0.0.1", @port) { |redis| redis.write("ECHO #{@marker}\r\n") && redis.gets("\r\n") }
-      @reader.join(10)
+      begin
+        TCPSocket.open("127.0.0.1", @port) { |redis| redis.write("ECHO #{@marker}\r\n") && redis.gets("\r\n") }
+        @reader.join(10)
+      rescue SystemCallError # the server is gone: its feed has ended with it
+        nil
+      end
       @socket.close
       @reader.join
       Array.new(@lines.size) { @lines.pop }.filter_map do |line|

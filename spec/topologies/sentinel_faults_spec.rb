@@ -150,7 +150,6 @@ RSpec.describe "Sentinel failovers", :topology do
            locker.try_lock("handle:#{i}").release]
         end
       end
-      sleep 0.2 # the last commands reach MONITOR
       commands = monitor.stop
 
       expect(ran.uniq).to eq([[:ran, :waited, true]])
